@@ -1,0 +1,301 @@
+"""The analytic engine: alpha-beta timing of a schedule's dependency graph.
+
+Model (docs/model.md): a transfer starts when the transfers it depends on have
+finished and takes
+
+    latency of its path  +  bytes * max over its links of (sharers / bandwidth)
+
+where ``sharers`` is the number of transfers of the same group that cross that
+link (the link's bandwidth is divided among concurrent transfers). The
+collective's time is the latest finish. With one transfer per link per group
+this is exactly the alpha-beta model (alpha = path latency).
+
+All sizes of a sweep are one array axis: the schedule is walked once and every
+instance carries a vector of finish times, one per size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..jit import njit
+from ..schedule import (DEP_ALL, DEP_COL, DEP_ROW, DEP_SHIFT, F_C3, F_DST, F_ID, F_IL, F_N, F_NRUN, F_SCH,
+                        F_SRC, Schedule)
+from ..symmetry import equivariant, link_orbits
+from ..topology import Topology, route_kernel
+
+
+@dataclass(frozen=True)
+class Timing:
+    """What an engine returns for one schedule over a vector of sizes."""
+
+    time: np.ndarray          # float64[S] seconds: the collective's completion time per size
+    link_bytes: np.ndarray    # float64[nlinks, S] bytes each link carried (zeros unless asked for)
+    transfers: int            # transfers the schedule stands for
+
+
+@njit
+def _aff(row, base, c3, i, j):
+    return ((row[base] * i + row[base + 1] * j + row[base + 2]) % row[base + 3]) * row[base + 4] \
+        + ((row[base + 5] * i + row[base + 6] * j + row[base + 7]) % row[base + 8]) * row[base + 9] + row[c3]
+
+
+@njit
+def _alloc_kernel(rows, last_use, cls, ncls):
+    """Give every template a slot in a pool, reusing the slots of templates whose consumers are done.
+
+    rows[t]: pool rows template t needs; cls[t]: its size class (equal rows). Returns (offset, pool_rows).
+    """
+    T = len(rows)
+    # templates grouped by the template after which they can be freed
+    order = np.argsort(last_use, kind="mergesort")
+    free_ptr = np.searchsorted(last_use[order], np.arange(T + 1))
+    slot = np.empty(T, np.int64)
+    nslots = np.zeros(ncls, np.int64)
+    stack = np.empty(T, np.int64)       # free slots, per class, as linked stacks inside one array
+    top = np.full(ncls, -1, np.int64)
+    nxt = np.empty(T, np.int64)         # nxt[t]: next free template-slot record below t on its class stack
+    for t in range(T):
+        c = cls[t]
+        if top[c] >= 0:
+            rec = top[c]
+            slot[t] = stack[rec]
+            top[c] = nxt[rec]
+        else:
+            slot[t] = nslots[c]
+            nslots[c] += 1
+        for k in range(free_ptr[t], free_ptr[t + 1]):
+            u = order[k]
+            cu = cls[u]
+            stack[u] = slot[u]
+            nxt[u] = top[cu]
+            top[cu] = u
+    class_rows = np.zeros(ncls, np.int64)
+    for t in range(T):
+        class_rows[cls[t]] = rows[t]
+    base = np.zeros(ncls + 1, np.int64)
+    for c in range(ncls):
+        base[c + 1] = base[c] + nslots[c] * class_rows[c]
+    offset = np.empty(T, np.int64)
+    for t in range(T):
+        offset[t] = base[cls[t]] + slot[t] * rows[t]
+    return offset, base[ncls]
+
+
+@njit
+def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, group_ptr, offset, summarize, pool_rows,
+                    params, link_bw, link_lat, max_hops, prefix, want_links):
+    """Finish time of the last transfer per size; optionally bytes per link per size.
+
+    prefix[s, c]: bytes before chunk c at size s. pool rows of template t start at offset[t]:
+    one row per instance, then (if summarize[t]) per-i maxima, per-j maxima and the overall max.
+    """
+    S = prefix.shape[0]
+    nlinks = len(link_bw)
+    pool = np.zeros(pool_rows * S)
+    gmax = np.zeros(S)
+    cnt = np.zeros(nlinks, np.int64)
+    touched = np.empty(nlinks, np.int64)
+    links = np.empty(max_hops, np.int64)
+    start = np.empty(S)
+    link_bytes = np.zeros((nlinks if want_links else 0, S))
+    for g in range(len(group_ptr) - 1):
+        t0, t1 = group_ptr[g], group_ptr[g + 1]
+        ntouched = 0
+        for t in range(t0, t1):
+            row = tmpl[t]
+            for i in range(row[F_ID]):
+                for j in range(row[F_IL]):
+                    h = route_kernel(params, _aff(row, F_SRC, F_C3, i, j), _aff(row, F_DST, F_C3 + 1, i, j), links)
+                    for k in range(h):
+                        lk = links[k]
+                        if cnt[lk] == 0:
+                            touched[ntouched] = lk
+                            ntouched += 1
+                        cnt[lk] += 1
+        for t in range(t0, t1):
+            row = tmpl[t]
+            nd, nl = row[F_ID], row[F_IL]
+            ninst = nd * nl
+            nch, nrun = row[F_N], row[F_NRUN]
+            for i in range(nd):
+                for j in range(nl):
+                    for s in range(S):
+                        start[s] = 0.0
+                    for e in range(dep_ptr[t], dep_ptr[t + 1]):
+                        u = dep_t[e]
+                        ud, ul = tmpl[u, F_ID], tmpl[u, F_IL]
+                        ti, tj = (i + dep_si[e]) % ud, (j + dep_sj[e]) % ul
+                        mode = dep_mode[e]
+                        if mode == DEP_SHIFT:
+                            r = offset[u] + ti * ul + tj
+                        elif mode == DEP_ROW:
+                            r = offset[u] + ud * ul + ti
+                        elif mode == DEP_COL:
+                            r = offset[u] + ud * ul + ud + tj
+                        else:
+                            r = offset[u] + ud * ul + ud + ul
+                        base = r * S
+                        for s in range(S):
+                            v = pool[base + s]
+                            if v > start[s]:
+                                start[s] = v
+                    h = route_kernel(params, _aff(row, F_SRC, F_C3, i, j), _aff(row, F_DST, F_C3 + 1, i, j), links)
+                    lat = 0.0
+                    inv = 0.0
+                    for k in range(h):
+                        lk = links[k]
+                        lat += link_lat[lk]
+                        x = cnt[lk] / link_bw[lk]
+                        if x > inv:
+                            inv = x
+                    c = _aff(row, F_SCH, F_C3 + 2, i, j)
+                    base = (offset[t] + i * nl + j) * S
+                    for s in range(S):
+                        nb = nrun * (prefix[s, c + nch] - prefix[s, c])
+                        f = start[s] + lat + nb * inv
+                        pool[base + s] = f
+                        if f > gmax[s]:
+                            gmax[s] = f
+                        if want_links:
+                            for k in range(h):
+                                link_bytes[links[k], s] += nb
+            if summarize[t]:
+                b0 = offset[t] + ninst
+                for i in range(nd):
+                    for j in range(nl):
+                        src = (offset[t] + i * nl + j) * S
+                        for s in range(S):
+                            v = pool[src + s]
+                            ri, ci, ai = (b0 + i) * S + s, (b0 + nd + j) * S + s, (b0 + nd + nl) * S + s
+                            if v > pool[ri]:
+                                pool[ri] = v
+                            if v > pool[ci]:
+                                pool[ci] = v
+                            if v > pool[ai]:
+                                pool[ai] = v
+        for k in range(ntouched):
+            cnt[touched[k]] = 0
+    return gmax, link_bytes
+
+
+@njit
+def symmetric_kernel(tmpl, dep_ptr, dep_t, group_ptr, params, link_bw, link_lat, max_hops, orbit, orbit_size,
+                     nbytes, want_links):
+    """analytic_kernel for equivariant schedules on a topology with the same symmetry.
+
+    Every instance of a template finishes at the same time, so only instance (0, 0)
+    is walked; a link's sharers are its orbit's hops divided by the orbit's size.
+    nbytes[t, s]: the largest transfer of template t at size s.
+    """
+    T, S = nbytes.shape
+    norb = len(orbit_size)
+    fin = np.zeros((T, S))
+    gmax = np.zeros(S)
+    hops = np.zeros(norb)
+    links = np.empty(max_hops, np.int64)
+    orbit_bytes = np.zeros((norb if want_links else 0, S))
+    for g in range(len(group_ptr) - 1):
+        t0, t1 = group_ptr[g], group_ptr[g + 1]
+        for t in range(t0, t1):
+            row = tmpl[t]
+            h = route_kernel(params, _aff(row, F_SRC, F_C3, 0, 0), _aff(row, F_DST, F_C3 + 1, 0, 0), links)
+            for k in range(h):
+                hops[orbit[links[k]]] += row[F_ID] * row[F_IL]
+        for t in range(t0, t1):
+            row = tmpl[t]
+            h = route_kernel(params, _aff(row, F_SRC, F_C3, 0, 0), _aff(row, F_DST, F_C3 + 1, 0, 0), links)
+            lat = 0.0
+            inv = 0.0
+            for k in range(h):
+                lk = links[k]
+                lat += link_lat[lk]
+                x = hops[orbit[lk]] / orbit_size[orbit[lk]] / link_bw[lk]
+                if x > inv:
+                    inv = x
+            for s in range(S):
+                start = 0.0
+                for e in range(dep_ptr[t], dep_ptr[t + 1]):
+                    v = fin[dep_t[e], s]
+                    if v > start:
+                        start = v
+                f = start + lat + nbytes[t, s] * inv
+                fin[t, s] = f
+                if f > gmax[s]:
+                    gmax[s] = f
+                if want_links:
+                    for k in range(h):
+                        orbit_bytes[orbit[links[k]], s] += nbytes[t, s] * row[F_ID] * row[F_IL]
+        for t in range(t0, t1):
+            row = tmpl[t]
+            h = route_kernel(params, _aff(row, F_SRC, F_C3, 0, 0), _aff(row, F_DST, F_C3 + 1, 0, 0), links)
+            for k in range(h):
+                hops[orbit[links[k]]] = 0.0
+    return gmax, orbit_bytes
+
+
+def max_transfer_bytes(s: Schedule, block_elems: np.ndarray, dtype_size: int) -> np.ndarray:
+    """bytes[t, s]: an upper bound, exact when chunks divide evenly, on template t's largest transfer.
+
+    A run of n chunks holds n*q elements plus at most min(n, r*(n//k + 1)) extra ones, where a
+    block of E elements is cut into k chunks of q = E // k, the first r = E % k one larger.
+    """
+    k = s.layout.k
+    n = s.tmpl[:, F_N][:, None]
+    q, r = np.divmod(np.asarray(block_elems, np.int64)[None, :], k)
+    extra = np.minimum(n, r * (n // k + 1))
+    return (s.tmpl[:, F_NRUN][:, None] * (n * q + extra) * dtype_size).astype(np.float64)
+
+
+def plan_pool(s: Schedule):
+    """Pool offsets for every template (slots reused once all consumers have run)."""
+    T = s.ntemplates
+    ninst = s.tmpl[:, F_ID] * s.tmpl[:, F_IL]
+    summarize = np.zeros(T, np.bool_)
+    summarize[s.dep_t[s.dep_mode != DEP_SHIFT]] = True
+    rows = ninst + np.where(summarize, s.tmpl[:, F_ID] + s.tmpl[:, F_IL] + 1, 0)
+    consumer = np.repeat(np.arange(T), np.diff(s.dep_ptr))
+    last_use = np.arange(T, dtype=np.int64)
+    np.maximum.at(last_use, s.dep_t, consumer)
+    _, cls = np.unique(rows, return_inverse=True)
+    offset, pool_rows = _alloc_kernel(rows.astype(np.int64), last_use, cls.astype(np.int64), int(cls.max()) + 1)
+    return offset, summarize, int(pool_rows)
+
+
+def chunk_prefix(s: Schedule, block_elems: np.ndarray, dtype_size: int) -> np.ndarray:
+    """prefix[s, c]: bytes before chunk c, for each block size (elements) of the sweep."""
+    lay = s.layout
+    out = np.empty((len(block_elems), lay.nchunks + 1), np.float64)
+    for x, e in enumerate(block_elems):
+        out[x] = lay.offsets(int(e)) * dtype_size
+    return out
+
+
+def run(schedule: Schedule, topo: Topology, block_elems, dtype_size: int, want_links: bool = False,
+        symmetric: bool | None = None) -> Timing:
+    """Time a schedule on a topology for each block size (elements per block) given.
+
+    symmetric: None picks the one-instance path whenever it is valid (see hcclsim.symmetry);
+    False forces the general path (tests compare the two).
+    """
+    block_elems = np.atleast_1d(np.asarray(block_elems, np.int64))
+    orbits = None
+    if symmetric is not False and equivariant(schedule):
+        orbits = link_orbits(topo, schedule.shape)
+    if orbits is not None:
+        s = schedule
+        orbit, sizes = orbits
+        nbytes = max_transfer_bytes(s, block_elems, dtype_size)
+        t, ob = symmetric_kernel(s.tmpl, s.dep_ptr, s.dep_t, s.group_ptr, topo.params, topo.link_bw,
+                                 topo.link_lat, topo.max_hops, orbit, sizes, nbytes, want_links)
+        links = ob[orbit] / sizes[orbit][:, None] if want_links else np.zeros((0, len(block_elems)))
+        return Timing(time=t, link_bytes=links, transfers=s.ntransfers)
+    offset, summarize, pool_rows = plan_pool(schedule)
+    prefix = chunk_prefix(schedule, block_elems, dtype_size)
+    s = schedule
+    t, links = analytic_kernel(s.tmpl, s.dep_ptr, s.dep_t, s.dep_mode, s.dep_si, s.dep_sj, s.group_ptr, offset,
+                               summarize, pool_rows, topo.params, topo.link_bw, topo.link_lat, topo.max_hops,
+                               prefix, want_links)
+    return Timing(time=t, link_bytes=links, transfers=s.ntransfers)

@@ -1,0 +1,39 @@
+"""Shared test helpers: compile and time one algorithm on one topology."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hcclsim import collectives as C
+from hcclsim.algorithm import Problem, parse_spec
+from hcclsim.engine import analytic
+
+
+def compile_for(spec: str, collective: str, topo, size: int = 1 << 20, dtype_size: int = 4, root: int = 0):
+    algo = parse_spec(spec)
+    problem = Problem(collective, topo, root)
+    why = algo.unsupported(problem)
+    assert why is None, why
+    sz = C.sizing(collective, size, dtype_size, topo.nranks)
+    return algo.compile(problem, algo.structure_key(problem, sz, dtype_size))
+
+
+def time_of(spec: str, collective: str, topo, size: int, dtype_size: int = 4, root: int = 0, **kw) -> float:
+    s = compile_for(spec, collective, topo, size, dtype_size, root)
+    sz = C.sizing(collective, size, dtype_size, topo.nranks)
+    return float(analytic.run(s, topo, [sz.block_elems], dtype_size, **kw).time[0])
+
+
+def busbw(spec: str, collective: str, topo, size: int, dtype_size: int = 4) -> float:
+    """GB/s, nccl-tests definition."""
+    t = time_of(spec, collective, topo, size, dtype_size)
+    sz = C.sizing(collective, size, dtype_size, topo.nranks)
+    return sz.size_bytes / t * C.busbw_factor(collective, topo.nranks) / 1e9
+
+
+def counts_to_check(n: int):
+    """Block sizes (elements) that divide evenly and that do not."""
+    return sorted({1, 3, 7, n, 2 * n + 1, 64, 97})
+
+
+__all__ = ["compile_for", "time_of", "busbw", "counts_to_check", "np"]

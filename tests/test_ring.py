@@ -1,0 +1,77 @@
+import numpy as np
+import pytest
+
+from hcclsim import collectives as C
+from hcclsim.checker import check
+from hcclsim.engine import analytic
+from hcclsim.topology import build_flat
+
+from helpers import busbw, compile_for, counts_to_check, time_of
+
+RING_COLLS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"]
+
+
+@pytest.mark.parametrize("n", [2, 3, 5, 8, 12])
+@pytest.mark.parametrize("coll", RING_COLLS)
+@pytest.mark.parametrize("spec", ["ring", "ring:channels=2", "ring:channels=3:chunks=2"])
+def test_ring_schedule_computes_the_collective(n, coll, spec):
+    topo = build_flat("t", "switch", n, 50e9, 0.0)
+    for root in ([0, n - 1] if coll in ("broadcast", "reduce") else [0]):
+        s = compile_for(spec, coll, topo, root=root)
+        for count in counts_to_check(n):
+            check(s, count)
+
+
+@pytest.mark.parametrize("n", [2, 5, 8, 16])
+def test_ring_allreduce_is_the_alpha_beta_formula(n):
+    lat, bw = 500e-9, 50e9
+    topo = build_flat("t", "switch", n, bw, lat)
+    size = n * 4 * 1024 * 7
+    alpha = 2 * lat                           # one switch = two link hops
+    assert time_of("ring", "all_reduce", topo, size) == pytest.approx(2 * (n - 1) * (alpha + size / (n * bw)),
+                                                                      rel=1e-12)
+    assert time_of("ring", "all_gather", topo, size) == pytest.approx((n - 1) * (alpha + size / (n * bw)),
+                                                                      rel=1e-12)
+
+
+def test_issue_reference_points(switch8):
+    zero = build_flat("z", "switch", 8, 50e9, 0.0)
+    assert busbw("ring", "all_reduce", zero, 1 << 30) == pytest.approx(50.0, rel=0.01)
+    assert busbw("ring", "all_gather", zero, 1 << 30) == pytest.approx(50.0, rel=0.01)
+    assert busbw("ring", "reduce_scatter", zero, 1 << 30) == pytest.approx(50.0, rel=0.01)
+    assert time_of("ring", "all_reduce", switch8, 256) == pytest.approx(14e-6, rel=0.01)
+
+
+@pytest.mark.parametrize("kind", ["switch", "ring", "full_mesh"])
+@pytest.mark.parametrize("spec", ["ring", "ring:channels=3"])
+def test_symmetric_path_equals_general_path(kind, spec):
+    n = 12
+    topo = build_flat("t", kind, n, 50e9, 300e-9)
+    for coll in ["all_reduce", "all_gather", "reduce_scatter"]:
+        s = compile_for(spec, coll, topo)
+        blocks = [n * 6 * 64, n * 6 * 4096]           # divide evenly: the two paths must agree exactly
+        fast = analytic.run(s, topo, blocks, 4, want_links=True)
+        slow = analytic.run(s, topo, blocks, 4, want_links=True, symmetric=False)
+        np.testing.assert_allclose(fast.time, slow.time, rtol=1e-12)
+        np.testing.assert_allclose(fast.link_bytes, slow.link_bytes, rtol=1e-12)
+
+
+def test_bidirectional_ring_topology_doubles_ring_bandwidth():
+    topo = build_flat("r", "ring", 8, 50e9, 0.0)
+    one = busbw("ring:channels=1", "all_reduce", topo, 1 << 28)
+    two = busbw("ring:channels=2", "all_reduce", topo, 1 << 28)
+    assert one == pytest.approx(50.0, rel=1e-6)
+    assert two == pytest.approx(100.0, rel=1e-6)
+
+
+def test_multichannel_ring_through_one_nic_shares_it():
+    topo = build_flat("s", "switch", 8, 50e9, 0.0)
+    assert busbw("ring:channels=4", "all_reduce", topo, 1 << 28) == pytest.approx(50.0, rel=1e-6)
+
+
+def test_broadcast_chain_pipelines():
+    topo = build_flat("s", "switch", 8, 50e9, 0.0)
+    size = 1 << 26
+    t = time_of("ring:chunks=16", "broadcast", topo, size)
+    assert t == pytest.approx((8 - 2 + 16) * size / 16 / 50e9, rel=1e-9)
+    assert C.busbw_factor("broadcast", 8) == 1.0
