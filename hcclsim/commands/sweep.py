@@ -1,0 +1,77 @@
+"""`hccl-bench sweep`: time collectives over message sizes, like nccl-tests / PARAM comms.py."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .. import collectives as C
+from ..config import DEFAULT_PRESET, load_topology
+from ..errors import ConfigError
+from ..report import FORMATS, render_table, to_csv, to_json, write
+from ..sweep import ENGINES, size_grid, sweep
+from ..units import DTYPE_SIZE, parse_size
+
+
+class SizeType(click.ParamType):
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        try:
+            return parse_size(value, where=f"{param.opts[-1]}")
+        except ConfigError as e:
+            self.fail(str(e).split(": ", 1)[-1], param, ctx)
+
+
+@click.command("sweep")
+@click.option("-c", "--collective", default=C.ALL_REDUCE, show_default=True, metavar="NAME[,NAME...]|all",
+              help=f"Collective(s): {', '.join(C.COLLECTIVES)} (NCCL spellings such as allreduce accepted).")
+@click.option("-a", "--algorithm", default="all", show_default=True, metavar="NAME[,NAME...]|all",
+              help="Algorithm(s), each optionally with options (ring:channels=2). 'all' = every applicable one; "
+                   "see `hccl-bench algorithms`.")
+@click.option("-t", "--topology", default=DEFAULT_PRESET, show_default=True, metavar="PRESET|FILE.toml",
+              help="A built-in preset (see `hccl-bench topologies`) or a TOML file.")
+@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="Override a topology key, e.g. --set bandwidth=100GB/s or --set scale_out.domains=64 (repeatable).")
+@click.option("-b", "--b", "--minbytes", "minbytes", type=SizeType(), default="16", show_default=True,
+              help="Smallest size (8, 64K, 1M, 1G; K = 1024).")
+@click.option("-e", "--e", "--maxbytes", "maxbytes", type=SizeType(), default="1G", show_default=True,
+              help="Largest size.")
+@click.option("-f", "--f", "--stepfactor", "factor", type=int, default=4, show_default=True,
+              help="Multiply the size by this factor from -b to -e.")
+@click.option("-d", "--dtype", default="float32", show_default=True,
+              help=f"Element type: {', '.join(DTYPE_SIZE)}.")
+@click.option("-r", "--root", default=0, show_default=True, help="Root rank of broadcast and reduce.")
+@click.option("--engine", type=click.Choice(ENGINES), default="analytic", show_default=True,
+              help="Timing engine.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
+              help="What to print on stdout.")
+@click.option("-o", "--output", metavar="FILE", help="Also write the rows to FILE (.csv, .json or .parquet).")
+def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, factor, dtype, root, engine, fmt,
+              output):
+    """Sweep message sizes for collectives and algorithms on one topology.
+
+    \b
+    Examples:
+      hccl-bench sweep
+      hccl-bench sweep -c all_gather -a ring,direct -t two-tier-128 -b 1K -e 1G -f 2
+      hccl-bench sweep -t my_fabric.toml --set latency=1us --format csv > out.csv
+    """
+    topo = load_topology(topology, list(overrides))
+    sizes = size_grid(minbytes, maxbytes, factor)
+    colls = list(C.COLLECTIVES) if collective.strip() == "all" else [c for c in collective.split(",") if c.strip()]
+    result = sweep(topo, colls, algorithm, sizes, dtype=dtype, root=root, engine=engine)
+    for coll, algo, why in result.skipped:
+        click.echo(f"hccl-bench: skipped {algo} for {coll} on {topo.name}: {why}", err=True)
+    meta = {"topology": {"name": topo.name, **topo.spec}, "inputs": {
+        "collective": collective, "algorithm": algorithm, "overrides": list(overrides), "minbytes": minbytes,
+        "maxbytes": maxbytes, "factor": factor, "dtype": dtype, "root": root, "engine": engine}}
+    if output:
+        write(result.rows, output, meta)
+    if fmt == "csv":
+        sys.stdout.write(to_csv(result.rows))
+    elif fmt == "json":
+        sys.stdout.write(to_json(result.rows, meta))
+    else:
+        render_table(result.rows)

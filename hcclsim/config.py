@@ -1,0 +1,218 @@
+"""Topology configuration: TOML files and presets, ``--set`` overrides, units, defaults, validation.
+
+The only module that reads topology files. It returns a built :class:`Topology`;
+every error names the file (or ``--set``) and the key, and says what was expected.
+The keys are documented in docs/config.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from importlib import resources
+from pathlib import Path
+
+from .errors import ConfigError, suggest, unknown
+from .topology import FLAT_KINDS, SCALE_OUT_KINDS, Topology, build_flat, build_hierarchical
+from .units import parse_bandwidth, parse_time
+
+FLAT_KEYS = {"description", "kind", "ranks", "bandwidth", "latency", "in_switch_reduce", "dims"}
+HIER_KEYS = {"description", "kind", "scale_up", "scale_out"}
+UP_KEYS = {"kind", "ranks", "bandwidth", "latency", "in_switch_reduce"}
+OUT_KEYS = {"kind", "domains", "bandwidth", "latency", "oversubscription", "leaf_size"}
+DEFAULT_PRESET = "dgx-h100"
+
+
+def preset_dir():
+    return resources.files("hcclsim.topologies") / "presets"
+
+
+def preset_names() -> list[str]:
+    return sorted(p.name[:-5] for p in preset_dir().iterdir() if p.name.endswith(".toml"))
+
+
+def read_toml(path, label: str) -> dict:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{label}: cannot read file ({e.strerror or e})") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{label}: malformed TOML: {e}") from None
+
+
+def resolve(ref: str) -> tuple[str, str, dict]:
+    """A preset name or a TOML path -> (name, label for messages, the parsed document)."""
+    path = Path(ref)
+    if ref.endswith(".toml") or path.exists() or "/" in ref:
+        if not path.is_file():
+            raise ConfigError(f"--topology: no such file {ref!r}")
+        return path.stem, str(path), read_toml(path, str(path))
+    names = preset_names()
+    if ref not in names:
+        raise ConfigError(f"--topology: unknown preset {ref!r}{suggest(ref, names)}; expected a .toml file or "
+                          f"one of: {', '.join(names)}")
+    return ref, f"preset {ref}", read_toml(preset_dir() / f"{ref}.toml", f"preset {ref}")
+
+
+def parse_override(item: str) -> tuple[list[str], object]:
+    """'scale_out.domains=64' -> (['scale_out', 'domains'], 64). Values are TOML literals, else strings."""
+    key, eq, raw = item.partition("=")
+    key = key.strip()
+    if key.startswith("topology."):
+        key = key[len("topology."):]
+    if not eq or not key:
+        raise ConfigError(f"--set: expected KEY=VALUE (e.g. bandwidth=100GB/s), got {item!r}")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return key.split("."), value
+
+
+class _Table:
+    """A TOML table being validated; knows how to name each key in an error message."""
+
+    def __init__(self, data: dict, prefix: str, label: str, overridden: set[str]):
+        self.data, self.prefix, self.label, self.overridden = data, prefix, label, overridden
+
+    def where(self, key: str) -> str:
+        full = f"{self.prefix}.{key}"
+        short = full.split(".", 1)[1]
+        return f"--set {short}" if short in self.overridden else f"{self.label}: {full}"
+
+    def check_keys(self, allowed: set[str]) -> None:
+        for key in self.data:
+            if key not in allowed:
+                raise ConfigError(f"{self.where(key)}: unknown key{suggest(key, allowed)}; "
+                                  f"expected one of: {', '.join(sorted(allowed))}")
+
+    def get(self, key: str, parse, default=None, required: bool = False):
+        if key not in self.data:
+            if required:
+                raise ConfigError(f"{self.label}: {self.prefix}.{key} is missing")
+            return default
+        return parse(self.data[key], self.where(key))
+
+    def sub(self, key: str, required: bool = True) -> "_Table":
+        value = self.data.get(key)
+        if value is None and not required:
+            return None
+        if not isinstance(value, dict):
+            raise ConfigError(f"{self.label}: [{self.prefix}.{key}] table is missing" if value is None else
+                              f"{self.where(key)}: expected a table")
+        return _Table(value, f"{self.prefix}.{key}", self.label, self.overridden)
+
+
+def _int(lo: int):
+    def parse(v, where):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ConfigError(f"{where}: expected a whole number >= {lo}, got {v!r}")
+        return v
+    return parse
+
+
+def _number(lo: float):
+    def parse(v, where):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= lo:
+            raise ConfigError(f"{where}: expected a number >= {lo:g}, got {v!r}")
+        return float(v)
+    return parse
+
+
+def _bool(v, where):
+    if not isinstance(v, bool):
+        raise ConfigError(f"{where}: expected true or false, got {v!r}")
+    return v
+
+
+def _choice(choices):
+    def parse(v, where):
+        if v not in choices:
+            raise ConfigError(f"{where}: {unknown('kind', v, choices)}")
+        return v
+    return parse
+
+
+def _str(v, where):
+    if not isinstance(v, str):
+        raise ConfigError(f"{where}: expected a string, got {v!r}")
+    return v
+
+
+def _dims(v, where):
+    if not (isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1
+                                                        for x in v)):
+        raise ConfigError(f"{where}: expected [X, Y] (two whole numbers >= 1), got {v!r}")
+    return (v[0], v[1])
+
+
+def build(doc: dict, name: str, label: str, overrides: list[str] = ()) -> Topology:
+    """Validate a parsed document (with overrides applied) and build its topology."""
+    doc = copy.deepcopy(doc)
+    for key in doc:
+        if key != "topology":
+            raise ConfigError(f"{label}: unknown top-level table or key {key!r}; expected [topology]")
+    if not isinstance(doc.get("topology"), dict):
+        raise ConfigError(f"{label}: the [topology] table is missing")
+    overridden = set()
+    for item in overrides:
+        path, value = parse_override(item)
+        node = doc["topology"]
+        for part in path[:-1]:
+            if not isinstance(node.get(part), dict):
+                raise ConfigError(f"--set {'.'.join(path)}: there is no table {part!r} to set a key in")
+            node = node[part]
+        node[path[-1]] = value
+        overridden.add(".".join(path))
+    top = _Table(doc["topology"], "topology", label, overridden)
+    kind = top.get("kind", _choice([*FLAT_KINDS, "hierarchical"]), required=True)
+    spec = copy.deepcopy(doc["topology"])
+    if kind == "hierarchical":
+        top.check_keys(HIER_KEYS)
+        up, out = top.sub("scale_up"), top.sub("scale_out")
+        up.check_keys(UP_KEYS)
+        out.check_keys(OUT_KEYS)
+        out_kind = out.get("kind", _choice(SCALE_OUT_KINDS), required=True)
+        if out_kind == "rail":
+            for key in ("oversubscription", "leaf_size"):
+                if key in out.data:
+                    raise ConfigError(f"{out.where(key)}: only a fat_tree scale-out has {key}")
+        return build_hierarchical(
+            name, up.get("kind", _choice(["switch", "ring", "full_mesh"]), required=True),
+            up.get("ranks", _int(1), required=True), up.get("bandwidth", parse_bandwidth, required=True),
+            up.get("latency", parse_time, 0.0), up.get("in_switch_reduce", _bool, False), out_kind,
+            out.get("domains", _int(1), required=True), out.get("bandwidth", parse_bandwidth, required=True),
+            out.get("latency", parse_time, 0.0), out.get("oversubscription", _number(1.0), 1.0),
+            out.get("leaf_size", _int(1), None), spec=spec)
+    top.check_keys(FLAT_KEYS)
+    dims = top.get("dims", _dims)
+    if dims is not None and kind != "torus2d":
+        raise ConfigError(f"{top.where('dims')}: only a torus2d topology has dims")
+    ranks = top.get("ranks", _int(1), required=dims is None)
+    if kind == "torus2d":
+        if dims is None:
+            raise ConfigError(f"{label}: topology.dims is missing (torus2d needs dims = [X, Y])")
+        if ranks is not None and ranks != dims[0] * dims[1]:
+            raise ConfigError(f"{top.where('ranks')}: {ranks} ranks but dims {list(dims)} make "
+                              f"{dims[0] * dims[1]}")
+        ranks = dims[0] * dims[1]
+    if top.get("in_switch_reduce", _bool, False) and kind != "switch":
+        raise ConfigError(f"{top.where('in_switch_reduce')}: only a 'switch' topology can reduce in the switch")
+    top.get("description", _str)
+    return build_flat(name, kind, ranks, top.get("bandwidth", parse_bandwidth, required=True),
+                      top.get("latency", parse_time, 0.0), top.get("in_switch_reduce", _bool, False), dims,
+                      spec=spec)
+
+
+def load_topology(ref: str = DEFAULT_PRESET, overrides: list[str] = ()) -> Topology:
+    """A preset name or TOML path, with ``--set KEY=VALUE`` overrides, as a built Topology."""
+    name, label, doc = resolve(ref)
+    return build(doc, name, label, overrides)
+
+
+def describe(ref: str) -> str:
+    """The preset's or file's one-line description ('' when it has none)."""
+    _, _, doc = resolve(ref)
+    return str(doc.get("topology", {}).get("description", ""))

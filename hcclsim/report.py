@@ -1,0 +1,100 @@
+"""Rendering sweep rows: nccl-tests-like tables (rich), CSV, JSON and Parquet."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from . import __version__
+from .errors import ConfigError
+
+FORMATS = ("table", "csv", "json")
+FLOAT_FORMAT = "%.6g"
+
+
+def to_csv(df: pd.DataFrame) -> str:
+    buf = io.StringIO()
+    df.to_csv(buf, index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
+    return buf.getvalue()
+
+
+def to_json(df: pd.DataFrame, meta: dict | None = None) -> str:
+    doc = {"schema_version": 1, "hccl_bench_version": __version__, **(meta or {}),
+           "rows": json.loads(df.to_json(orient="records", double_precision=10))}
+    return json.dumps(doc, indent=2) + "\n"
+
+
+def write(df: pd.DataFrame, path: str, meta: dict | None = None) -> None:
+    """Write rows to path; the format comes from the suffix (.csv, .json, .parquet)."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in (".csv", ".json", ".parquet"):
+        raise ConfigError(f"-o/--output: expected a file ending in .csv, .json or .parquet, got {path!r}")
+    try:
+        if suffix == ".csv":
+            Path(path).write_text(to_csv(df), encoding="utf-8")
+        elif suffix == ".json":
+            Path(path).write_text(to_json(df, meta), encoding="utf-8")
+        else:
+            try:
+                import pyarrow  # noqa: F401
+            except ImportError:
+                raise ConfigError("-o/--output: writing .parquet needs pyarrow: pip install 'hccl-bench[parquet]'") \
+                    from None
+            df.to_parquet(path, index=False)
+    except OSError as e:
+        raise ConfigError(f"-o/--output: cannot write {path!r} ({e.strerror or e})") from None
+
+
+def _console(file=None) -> Console:
+    width = max(shutil.get_terminal_size((120, 24)).columns, 100)
+    return Console(file=file, width=width, highlight=False, soft_wrap=False)
+
+
+def render_table(df: pd.DataFrame, file=None) -> None:
+    """One nccl-tests-like block per (collective, algorithm), then the best algorithm per size."""
+    con = _console(file)
+    for (coll, algo), part in df.groupby(["collective", "algorithm"], sort=False):
+        first = part.iloc[0]
+        t = Table(title=f"{coll} · {algo} · {first.topology} ({first.ranks} ranks) · {first.engine}",
+                  title_justify="left", box=None, header_style="bold")
+        for col in ("size (B)", "count (elems)", "type", "root", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
+            t.add_column(col, justify="right")
+        for row in part.itertuples(index=False):
+            t.add_row(str(row.size_bytes), str(row.count), row.dtype, str(row.root), f"{row.time_us:.2f}",
+                      f"{row.algbw_GBps:.2f}", f"{row.busbw_GBps:.2f}")
+        con.print(t)
+        con.print()
+    if df["algorithm"].nunique() > 1:
+        for coll, part in df.groupby("collective", sort=False):
+            best = part.loc[part.groupby("size_bytes", sort=True)["time_us"].idxmin()]
+            t = Table(title=f"{coll} · fastest algorithm per size", title_justify="left", box=None,
+                      header_style="bold")
+            for col in ("size (B)", "algorithm", "time (us)", "busbw (GB/s)", "runner-up", "margin"):
+                t.add_column(col, justify="right")
+            for row in best.itertuples(index=False):
+                others = part[(part.size_bytes == row.size_bytes) & (part.algorithm != row.algorithm)]
+                if len(others):
+                    second = others.loc[others.time_us.idxmin()]
+                    runner, margin = second.algorithm, f"{second.time_us / row.time_us - 1:+.1%}"
+                else:
+                    runner, margin = "-", "-"
+                t.add_row(str(row.size_bytes), row.algorithm, f"{row.time_us:.2f}", f"{row.busbw_GBps:.2f}",
+                          runner, margin)
+            con.print(t)
+            con.print()
+
+
+def render_list(title: str, columns: list[str], rows: list[list[str]], file=None) -> None:
+    con = _console(file)
+    t = Table(title=title, title_justify="left", box=None, header_style="bold")
+    for c in columns:
+        t.add_column(c, overflow="fold")
+    for r in rows:
+        t.add_row(*r)
+    con.print(t)

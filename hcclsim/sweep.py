@@ -1,0 +1,116 @@
+"""Sweeps: the grid of collectives x algorithms x sizes on one topology, as tidy rows.
+
+For each (collective, algorithm) the sizes are grouped by the algorithm's
+structure key, each group's schedule is compiled once, and the engine times
+all of the group's sizes in one call (sizes are an array axis).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from . import collectives as C
+from .algorithm import ALGORITHMS, Algorithm, Problem, load_all, parse_spec
+from .engine import analytic
+from .errors import ConfigError, UnsupportedError
+from .topology import Topology
+from .units import DTYPE_SIZE, parse_dtype
+
+COLUMNS = ["collective", "algorithm", "topology", "ranks", "engine", "size_bytes", "count", "dtype", "root",
+           "time_us", "algbw_GBps", "busbw_GBps"]
+ENGINES = ("analytic",)
+
+
+def size_grid(b: int, e: int, f: int) -> list[int]:
+    """nccl-tests' -b/-e/-f: b, b*f, b*f^2, ... up to e (inclusive)."""
+    if b > e:
+        raise ConfigError(f"-b/--b ({b}) is larger than -e/--e ({e}); expected b <= e")
+    if f < 2:
+        raise ConfigError(f"-f/--f: expected a whole factor >= 2, got {f}")
+    out, s = [], b
+    while s <= e:
+        out.append(s)
+        if s == 0:
+            break
+        s *= f
+    return out
+
+
+def algorithms_for(spec: str, collective: str) -> list[Algorithm]:
+    """'all' -> every registered algorithm implementing the collective; else the listed specs."""
+    load_all()
+    if spec.strip() == "all":
+        return [cls() for name, cls in ALGORITHMS.items() if collective in cls.collectives]
+    return [parse_spec(s) for s in spec.split(",") if s.strip()]
+
+
+@dataclass
+class SweepResult:
+    rows: pd.DataFrame
+    skipped: list[tuple[str, str, str]] = field(default_factory=list)    # (collective, algorithm, reason)
+
+
+def metrics(collective: str, n: int, size_bytes: np.ndarray, seconds: np.ndarray) -> dict[str, np.ndarray]:
+    """time_us, algbw_GBps and busbw_GBps exactly as nccl-tests defines them (GB = 1e9 bytes)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        algbw = np.where(seconds > 0, size_bytes / seconds / 1e9, 0.0)
+    return {"time_us": seconds * 1e6, "algbw_GBps": algbw, "busbw_GBps": algbw * C.busbw_factor(collective, n)}
+
+
+def time_algorithm(algo: Algorithm, problem: Problem, sizes: list[int], dtype: str):
+    """(Sizing per size, seconds per size) for one algorithm; compiles once per structure key."""
+    ws = DTYPE_SIZE[dtype]
+    n = problem.nranks
+    sizings = [C.sizing(problem.collective, s, ws, n) for s in sizes]
+    keys = [algo.structure_key(problem, sz, ws) for sz in sizings]
+    seconds = np.zeros(len(sizes))
+    for key in dict.fromkeys(keys):
+        idx = [i for i, k in enumerate(keys) if k == key]
+        schedule = algo.compile(problem, key)
+        timing = analytic.run(schedule, problem.topology, [sizings[i].block_elems for i in idx], ws)
+        seconds[idx] = timing.time
+    return sizings, seconds
+
+
+def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "all", sizes=(1 << 20,),
+          dtype: str = "float32", root: int = 0, engine: str = "analytic", on_row=None) -> SweepResult:
+    """Run the grid; returns rows in a stable order (collective, algorithm as listed, size ascending)."""
+    dtype = parse_dtype(dtype)
+    if engine not in ENGINES:
+        raise ConfigError(f"--engine: unknown engine {engine!r}; expected one of: {', '.join(ENGINES)}")
+    if not 0 <= root < topology.nranks:
+        raise ConfigError(f"--root: expected a rank in 0..{topology.nranks - 1}, got {root}")
+    sizes = sorted(set(int(s) for s in sizes))
+    frames, skipped = [], []
+    for coll in [C.canonical(c) for c in collectives]:
+        problem = Problem(coll, topology, root)
+        algos = algorithms_for(algorithms, coll)
+        runnable = []
+        for algo in algos:
+            why = algo.unsupported(problem)
+            if why:
+                skipped.append((coll, algo.label, why))
+            else:
+                runnable.append(algo)
+        if not runnable and algorithms.strip() != "all" and len(algos) == 1:
+            raise UnsupportedError(f"--algorithm: {algos[0].label} cannot run {coll} on {topology.name}: "
+                                   f"{skipped[-1][2]}")
+        for algo in runnable:
+            sizings, seconds = time_algorithm(algo, problem, sizes, dtype)
+            size_bytes = np.array([s.size_bytes for s in sizings], np.float64)
+            frame = pd.DataFrame({
+                "collective": coll, "algorithm": algo.label, "topology": topology.name, "ranks": topology.nranks,
+                "engine": engine, "size_bytes": size_bytes.astype(np.int64),
+                "count": [s.count for s in sizings], "dtype": dtype,
+                "root": root if coll in (C.BROADCAST, C.REDUCE) else -1,
+                **metrics(coll, topology.nranks, size_bytes, seconds)})
+            frames.append(frame[COLUMNS])
+            if on_row:
+                on_row(frame)
+    if not frames:
+        reasons = "; ".join(f"{a}: {w}" for _, a, w in skipped) or "nothing to run"
+        raise UnsupportedError(f"no algorithm can run on {topology.name}: {reasons}")
+    return SweepResult(pd.concat(frames, ignore_index=True), skipped)

@@ -1,0 +1,36 @@
+"""A non-editable install works from any directory, presets and algorithms included (DESIGN.md, Layout)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                    "--target", str(target), str(ROOT)], check=True, capture_output=True, cwd=target)
+    return target
+
+
+def test_wheel_install_runs_from_another_directory(installed, tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(installed)}
+    code = ("import hcclsim, hcclsim.algorithms, hcclsim.topologies, sys; "
+            "from hcclsim.config import preset_names; from hcclsim.algorithm import load_all; "
+            "assert str(hcclsim.__file__).startswith(sys.argv[1]), hcclsim.__file__; "
+            "print(len(preset_names()) > 0, 'ring' in load_all().names())")
+    out = subprocess.run([sys.executable, "-c", code, str(installed)], env=env, cwd=tmp_path, check=True,
+                         capture_output=True, text=True)
+    assert out.stdout.split() == ["True", "True"]
+    # no bare top-level 'algorithms' or 'topologies' packages are installed
+    assert not (installed / "algorithms").exists() and not (installed / "topologies").exists()
+    cli = subprocess.run([sys.executable, "-c", "from hcclsim.cli import main; raise SystemExit(main())",
+                          "sweep", "-t", "switch8", "-a", "ring", "-e", "1K", "--format", "csv"],
+                         env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert cli.returncode == 0, cli.stderr
+    assert cli.stdout.startswith("collective,algorithm,topology")
