@@ -1,0 +1,184 @@
+"""Direct one-sided PUT collectives (HCCL-style): every rank writes straight into its peers' buffers.
+
+Three names share one generator (:func:`compile_direct`):
+
+* ``direct`` -- AllGather, ReduceScatter, AllToAll, Broadcast, Reduce. Every rank PUTs the
+  piece each peer needs straight to that peer, all PUTs in one group: one template per peer
+  offset k = 1..N-1 (rank j -> rank j+k). ReduceScatter and Reduce use PUT_REDUCE (the
+  receiver reduces on arrival). Broadcast / Reduce: only the root sends / receives.
+* ``direct_oneshot`` -- AllReduce in one step: every rank PUT_REDUCEs its whole input into
+  every peer's output.
+* ``direct_twoshot`` -- AllReduce in two steps: a direct ReduceScatter of 1/N pieces (piece q
+  is reduced at rank q), then a direct AllGather of the reduced pieces. Rank q starts the
+  second step once the N-1 reductions into its piece have landed (a zero-byte local *wait*
+  joins them, so a schedule holds O(N) dependencies, not O(N^2)).
+
+Alpha-beta on one switch (alpha = 2 x link latency, B the link bandwidth, S the size as
+nccl-tests reports it; a rank's link is shared by its N-1 concurrent PUTs):
+
+    AllGather, ReduceScatter, AllToAll   alpha + (N-1) S/(N B)
+    Broadcast, Reduce                    alpha + (N-1) S/B    (the root's link carries N-1 copies)
+    AllReduce oneshot                    alpha + (N-1) S/B
+    AllReduce twoshot                    2 (alpha + (N-1) S/(N B))
+
+Option ``chunks=P`` cuts every PUT into P pieces that its channel sends one after another:
+one-step collectives take P (alpha + (N-1) S/(N P B)) (Broadcast/Reduce/oneshot: S/P per
+PUT), twoshot (P+1) alpha + 2 (N-1) S/(N B) (the all-gather of piece p runs beside the
+reduce-scatter of piece p+1 and shares the links with it). On these fabrics the analytic
+model gains no bandwidth from P; it bounds the size of one PUT (message-engine granularity).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hcclsim import collectives as C
+from hcclsim.algorithm import Algorithm, Problem, opt, register
+from hcclsim.schedule import (DEP_SHIFT, IN, OUT, PUT, PUT_REDUCE, Affine, Layout, Schedule, ScheduleBuilder,
+                              const, rank_of, rot)
+
+
+@dataclass(frozen=True)
+class DirectOptions:
+    chunks: int = opt(1, "pieces every PUT is cut into, sent one after another on its channel")
+
+    def __post_init__(self):
+        if self.chunks < 1:
+            raise ValueError("chunks must be >= 1")
+
+
+ChunkOf = Callable[[int, int], Affine]    # (peer offset k, piece p) -> chunk expression over instance j
+
+
+@dataclass(frozen=True)
+class Step:
+    """Every rank j PUTs to every rank j+k (k = 1..N-1): which chunks, how, between which buffers."""
+
+    schunk: ChunkOf
+    dchunk: ChunkOf
+    kind: int
+    sbuf: int
+    dbuf: int
+
+
+def _plan(collective: str, n: int, P: int, twoshot: bool) -> tuple[Layout, list[Step]]:
+    """The layout and the PUT steps of a rank-symmetric direct collective."""
+    def own(k, p):      # block (or piece) j of rank j, sub-chunk p
+        return rot(1, 0, n, weight=P, base=p)
+
+    def peer(k, p):     # block (or piece) j+k: the one the peer j+k owns
+        return rot(1, k, n, weight=P, base=p)
+
+    def whole(k, p):
+        return const(p)
+
+    if collective == C.ALL_GATHER:
+        return Layout(n, P), [Step(own, own, PUT, IN, OUT)]
+    if collective == C.REDUCE_SCATTER:
+        return Layout(n, P), [Step(peer, peer, PUT_REDUCE, IN, OUT)]
+    if collective == C.ALL_TO_ALL:
+        return Layout(n, P), [Step(peer, own, PUT, IN, OUT)]
+    if not twoshot:
+        return Layout(1, P), [Step(whole, whole, PUT_REDUCE, IN, OUT)]
+    return Layout(1, n * P), [Step(peer, peer, PUT_REDUCE, IN, OUT), Step(own, own, PUT, OUT, OUT)]
+
+
+def compile_direct(problem: Problem, label: str, P: int, twoshot: bool = False) -> Schedule:
+    """The shared generator of direct, direct_oneshot and direct_twoshot."""
+    if problem.collective in (C.BROADCAST, C.REDUCE):
+        return _rooted(problem, label, P)
+    n = problem.nranks
+    layout, steps = _plan(problem.collective, n, P, twoshot)
+    b = ScheduleBuilder(problem.collective, label, n, (1, n), layout, root=problem.root)
+    wait_chan = len(steps) * (n - 1)
+    sent: dict[tuple[int, int, int], int] = {}      # (step, k, piece) -> template
+    waits: dict[tuple[int, int], int] = {}          # (step, piece) -> template of the wait gating it
+    for w in range(P + len(steps) - 1):             # wave w: step s sends piece w - s
+        live = [(s, w - s) for s in range(len(steps)) if 0 <= w - s < P]
+        gated = [(s, p) for s, p in live if s > 0]
+        if gated:
+            g = b.next_group()
+            for s, p in gated:
+                waits[(s, p)] = _wait(b, n, g, [sent[(s - 1, k, p)] for k in range(1, n)],
+                                      waits.get((s, p - 1)), wait_chan)
+        g = b.next_group()
+        for s, p in live:
+            st = steps[s]
+            for k in range(1, n):
+                deps = [sent[(s, k, p - 1)]] if p else []          # the channel sends in order
+                if s:
+                    deps.append(waits[(s, p)])
+                sent[(s, k, p)] = b.op(src=rank_of(1, n), dst=rank_of(1, n, 0, k), schunk=st.schunk(k, p),
+                                       dchunk=st.dchunk(k, p), group=g, inst=(1, n), kind=st.kind,
+                                       sbuf=st.sbuf, dbuf=st.dbuf, chan=s * (n - 1) + k - 1, deps=deps)
+    return b.build()
+
+
+def _wait(b: ScheduleBuilder, n: int, group: int, incoming: list[int], prev: int | None, chan: int) -> int:
+    """Rank j waits until the PUTs of templates ``incoming`` (offset k = 1..N-1, from rank j-k) landed.
+
+    A zero-byte local op (no links, no time): one dependency per template instead of one per
+    (sender, receiver) pair.
+    """
+    deps = [(t, DEP_SHIFT, 0, -k) for k, t in enumerate(incoming, start=1)]
+    if prev is not None:
+        deps.append(prev)
+    return b.op(src=rank_of(1, n), dst=rank_of(1, n), schunk=const(0), nchunks=0, group=group, inst=(1, n),
+                chan=chan, deps=deps)
+
+
+def _rooted(problem: Problem, label: str, P: int) -> Schedule:
+    """Broadcast: the root PUTs to every peer; Reduce: every peer PUT_REDUCEs into the root."""
+    n, root, coll = problem.nranks, problem.root, problem.collective
+    b = ScheduleBuilder(coll, label, n, (1, n), Layout(1, P), root=root)
+    bcast = coll == C.BROADCAST
+    prev: dict[int, int] = {}
+    for p in range(P):
+        g = b.next_group()
+        for k in range(1, n):
+            peer = const((root + k) % n)
+            src, dst = (const(root), peer) if bcast else (peer, const(root))
+            prev[k] = b.op(src=src, dst=dst, schunk=const(p), group=g, kind=PUT if bcast else PUT_REDUCE,
+                           sbuf=IN, dbuf=OUT, chan=k - 1, deps=[prev[k]] if p else [])
+    return b.build()
+
+
+class _DirectFamily(Algorithm):
+    requires = "any topology, any rank count"
+    Options = DirectOptions
+    twoshot = False
+
+    def structure_key(self, problem, sizing, dtype_size):
+        return self.options.chunks
+
+    def compile(self, problem: Problem, key) -> Schedule:
+        return compile_direct(problem, self.label, int(key), self.twoshot)
+
+
+@register
+class Direct(_DirectFamily):
+    name = "direct"
+    summary = "one-sided PUTs straight to every peer in one step (HCCL-style); latency-optimal"
+    collectives = (C.ALL_GATHER, C.REDUCE_SCATTER, C.ALL_TO_ALL, C.BROADCAST, C.REDUCE)
+
+    def unsupported(self, problem: Problem) -> str | None:
+        why = super().unsupported(problem)
+        if why and problem.collective == C.ALL_REDUCE:
+            why += "; for AllReduce use direct_oneshot or direct_twoshot"
+        return why
+
+
+@register
+class DirectOneShot(_DirectFamily):
+    name = "direct_oneshot"
+    summary = "AllReduce: every rank PUT_REDUCEs its whole input into every peer (one step)"
+    collectives = (C.ALL_REDUCE,)
+
+
+@register
+class DirectTwoShot(_DirectFamily):
+    name = "direct_twoshot"
+    summary = "AllReduce: direct reduce-scatter of 1/N pieces, then direct all-gather (two steps)"
+    collectives = (C.ALL_REDUCE,)
+    twoshot = True
