@@ -52,6 +52,8 @@ def main(argv=None) -> int:
     except click.UsageError as e:
         hint = f" (see 'hccl-bench {e.ctx.command.name} --help')" if e.ctx and e.ctx.command.name != "cli" else ""
         return _fail(f"{e.format_message()}{hint}", 2)
+    except click.ClickException as e:
+        return _fail(e.format_message(), 2)
     except HcclSimError as e:
         return _fail(str(e), e.exit_status)
     except KeyboardInterrupt:

@@ -36,32 +36,39 @@ def read_toml(path, label: str) -> dict:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(f"{label}: cannot read file ({e.strerror or e})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{label}: not a UTF-8 text file; expected a TOML file") from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{label}: malformed TOML: {e}") from None
 
 
-def resolve(ref: str) -> tuple[str, str, dict]:
-    """A preset name or a TOML path -> (name, label for messages, the parsed document)."""
+def locate(ref: str, where: str = "--topology"):
+    """A preset name or a TOML path -> (name, label for messages, the file to read)."""
     path = Path(ref)
     if ref.endswith(".toml") or path.exists() or "/" in ref:
         if not path.is_file():
-            raise ConfigError(f"--topology: no such file {ref!r}")
-        return path.stem, str(path), read_toml(path, str(path))
+            raise ConfigError(f"{where}: no such file {ref!r}")
+        return path.stem, str(path), path
     names = preset_names()
     if ref not in names:
-        raise ConfigError(f"--topology: unknown preset {ref!r}{suggest(ref, names)}; expected a .toml file or "
+        raise ConfigError(f"{where}: unknown preset {ref!r}{suggest(ref, names)}; expected a .toml file or "
                           f"one of: {', '.join(names)}")
-    return ref, f"preset {ref}", read_toml(preset_dir() / f"{ref}.toml", f"preset {ref}")
+    return ref, f"preset {ref}", preset_dir() / f"{ref}.toml"
+
+
+def resolve(ref: str, where: str = "--topology") -> tuple[str, str, dict]:
+    """A preset name or a TOML path -> (name, label for messages, the parsed document)."""
+    name, label, path = locate(ref, where)
+    return name, label, read_toml(path, label)
 
 
 def parse_override(item: str) -> tuple[list[str], object]:
     """'scale_out.domains=64' -> (['scale_out', 'domains'], 64). Values are TOML literals, else strings."""
     key, eq, raw = item.partition("=")
     key = key.strip()
-    if key.startswith("topology."):
-        key = key[len("topology."):]
+    key = key.removeprefix("topology.")
     if not eq or not key:
         raise ConfigError(f"--set: expected KEY=VALUE (e.g. bandwidth=100GB/s), got {item!r}")
     try:
@@ -95,7 +102,7 @@ class _Table:
             return default
         return parse(self.data[key], self.where(key))
 
-    def sub(self, key: str, required: bool = True) -> "_Table":
+    def sub(self, key: str, required: bool = True) -> _Table:
         value = self.data.get(key)
         if value is None and not required:
             return None
@@ -115,8 +122,8 @@ def _int(lo: int):
 
 def _number(lo: float):
     def parse(v, where):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= lo:
-            raise ConfigError(f"{where}: expected a number >= {lo:g}, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v < float("inf"):
+            raise ConfigError(f"{where}: expected a finite number >= {lo:g}, got {v!r}")
         return float(v)
     return parse
 
@@ -153,7 +160,8 @@ def build(doc: dict, name: str, label: str, overrides: list[str] = ()) -> Topolo
     doc = copy.deepcopy(doc)
     for key in doc:
         if key != "topology":
-            raise ConfigError(f"{label}: unknown top-level table or key {key!r}; expected [topology]")
+            raise ConfigError(f"{label}: unknown top-level table or key {key!r}{suggest(key, ['topology'])}; "
+                              f"expected [topology]")
     if not isinstance(doc.get("topology"), dict):
         raise ConfigError(f"{label}: the [topology] table is missing")
     overridden = set()
@@ -174,26 +182,34 @@ def build(doc: dict, name: str, label: str, overrides: list[str] = ()) -> Topolo
         up, out = top.sub("scale_up"), top.sub("scale_out")
         up.check_keys(UP_KEYS)
         out.check_keys(OUT_KEYS)
+        top.get("description", _str)
+        up_kind = up.get("kind", _choice(["switch", "ring", "full_mesh"]), required=True)
+        if up.get("in_switch_reduce", _bool, False) and up_kind != "switch":
+            raise ConfigError(f"{up.where('in_switch_reduce')}: only a 'switch' scale-up can reduce in the switch")
         out_kind = out.get("kind", _choice(SCALE_OUT_KINDS), required=True)
         if out_kind == "rail":
             for key in ("oversubscription", "leaf_size"):
                 if key in out.data:
                     raise ConfigError(f"{out.where(key)}: only a fat_tree scale-out has {key}")
+        local, domains = up.get("ranks", _int(1), required=True), out.get("domains", _int(1), required=True)
+        leaf_size = out.get("leaf_size", _int(1), None)
+        if leaf_size is not None and (local * domains) % leaf_size:
+            raise ConfigError(f"{out.where('leaf_size')}: {leaf_size} does not divide the {local * domains} ranks "
+                              f"({domains} domains x {local})")
         return build_hierarchical(
-            name, up.get("kind", _choice(["switch", "ring", "full_mesh"]), required=True),
-            up.get("ranks", _int(1), required=True), up.get("bandwidth", parse_bandwidth, required=True),
+            name, up_kind, local, up.get("bandwidth", parse_bandwidth, required=True),
             up.get("latency", parse_time, 0.0), up.get("in_switch_reduce", _bool, False), out_kind,
-            out.get("domains", _int(1), required=True), out.get("bandwidth", parse_bandwidth, required=True),
+            domains, out.get("bandwidth", parse_bandwidth, required=True),
             out.get("latency", parse_time, 0.0), out.get("oversubscription", _number(1.0), 1.0),
-            out.get("leaf_size", _int(1), None), spec=spec)
+            leaf_size, spec=spec)
     top.check_keys(FLAT_KEYS)
     dims = top.get("dims", _dims)
     if dims is not None and kind != "torus2d":
         raise ConfigError(f"{top.where('dims')}: only a torus2d topology has dims")
+    if kind == "torus2d" and dims is None:
+        raise ConfigError(f"{label}: topology.dims is missing (torus2d needs dims = [X, Y])")
     ranks = top.get("ranks", _int(1), required=dims is None)
     if kind == "torus2d":
-        if dims is None:
-            raise ConfigError(f"{label}: topology.dims is missing (torus2d needs dims = [X, Y])")
         if ranks is not None and ranks != dims[0] * dims[1]:
             raise ConfigError(f"{top.where('ranks')}: {ranks} ranks but dims {list(dims)} make "
                               f"{dims[0] * dims[1]}")
@@ -210,6 +226,13 @@ def load_topology(ref: str = DEFAULT_PRESET, overrides: list[str] = ()) -> Topol
     """A preset name or TOML path, with ``--set KEY=VALUE`` overrides, as a built Topology."""
     name, label, doc = resolve(ref)
     return build(doc, name, label, overrides)
+
+
+def source_text(ref: str, where: str = "--topology") -> str:
+    """The text of a preset or TOML file, after checking that it loads (to print, copy and edit)."""
+    name, label, path = locate(ref, where)
+    build(read_toml(path, label), name, label)
+    return path.read_text(encoding="utf-8")
 
 
 def describe(ref: str) -> str:

@@ -25,27 +25,36 @@ def to_csv(df: pd.DataFrame) -> str:
 
 
 def to_json(df: pd.DataFrame, meta: dict | None = None) -> str:
+    # to_dict gives Python ints/floats, which json writes with full precision (to_json would round
+    # to 10 decimal places: 6e-5 GB/s would keep one digit).
     doc = {"schema_version": 1, "hccl_bench_version": __version__, **(meta or {}),
-           "rows": json.loads(df.to_json(orient="records", double_precision=10))}
-    return json.dumps(doc, indent=2) + "\n"
+           "rows": df.to_dict(orient="records")}
+    return json.dumps(doc, indent=2, default=str) + "\n"      # default=str: TOML dates in the spec
+
+
+def output_format(path: str) -> str:
+    """'.csv', '.json' or '.parquet' from the file name; checked before a sweep starts, so bad -o fails fast."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in (".csv", ".json", ".parquet"):
+        raise ConfigError(f"-o/--output: expected a file ending in .csv, .json or .parquet, got {path!r}")
+    if suffix == ".parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise ConfigError("-o/--output: writing .parquet needs pyarrow: pip install 'hccl-bench[parquet]'") \
+                from None
+    return suffix
 
 
 def write(df: pd.DataFrame, path: str, meta: dict | None = None) -> None:
     """Write rows to path; the format comes from the suffix (.csv, .json, .parquet)."""
-    suffix = Path(path).suffix.lower()
-    if suffix not in (".csv", ".json", ".parquet"):
-        raise ConfigError(f"-o/--output: expected a file ending in .csv, .json or .parquet, got {path!r}")
+    suffix = output_format(path)
     try:
         if suffix == ".csv":
             Path(path).write_text(to_csv(df), encoding="utf-8")
         elif suffix == ".json":
             Path(path).write_text(to_json(df, meta), encoding="utf-8")
         else:
-            try:
-                import pyarrow  # noqa: F401
-            except ImportError:
-                raise ConfigError("-o/--output: writing .parquet needs pyarrow: pip install 'hccl-bench[parquet]'") \
-                    from None
             df.to_parquet(path, index=False)
     except OSError as e:
         raise ConfigError(f"-o/--output: cannot write {path!r} ({e.strerror or e})") from None

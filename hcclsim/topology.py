@@ -297,19 +297,21 @@ def build_hierarchical(name: str, up_kind: str, local: int, up_bw: float, up_lat
 
 
 def check_connected(topo: Topology) -> None:
-    """Every rank must reach every other rank over the links (TopologyError otherwise)."""
+    """Every rank must reach, and be reached from, rank 0 over the links (TopologyError otherwise)."""
     n = topo.nnodes
-    fwd = [[] for _ in range(n)]
-    for s, d in zip(topo.link_src.tolist(), topo.link_dst.tolist()):
-        if s != d:
-            fwd[s].append(d)
-    seen = np.zeros(n, bool)
-    stack, seen[0] = [0], True
-    while stack:
-        for v in fwd[stack.pop()]:
-            if not seen[v]:
-                seen[v] = True
-                stack.append(v)
-    if not seen[: topo.nranks].all():
-        cut = int(np.argmin(seen[: topo.nranks]))
-        raise TopologyError(f"topology {topo.name!r} is disconnected: rank {cut} cannot be reached from rank 0")
+    for direction, (a, b) in (("be reached from", (topo.link_src, topo.link_dst)),
+                              ("reach", (topo.link_dst, topo.link_src))):
+        adj = [[] for _ in range(n)]
+        for s, d in zip(a.tolist(), b.tolist()):
+            if s != d:
+                adj[s].append(d)
+        seen = np.zeros(n, bool)
+        stack, seen[0] = [0], True
+        while stack:
+            for v in adj[stack.pop()]:
+                if not seen[v]:
+                    seen[v] = True
+                    stack.append(v)
+        if not seen[: topo.nranks].all():
+            cut = int(np.argmin(seen[: topo.nranks]))
+            raise TopologyError(f"topology {topo.name!r} is disconnected: rank {cut} cannot {direction} rank 0")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal
 
 from .errors import ConfigError
 
@@ -26,6 +27,11 @@ _NUM = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 
 def _where(where: str) -> str:
     return f"{where}: " if where else ""
+
+
+def _scaled(number: str, scale: float) -> float:
+    """number * scale rounded once, so '500ns' is exactly the float 500e-9 (not 500 * 1e-9)."""
+    return float(Decimal(number) * Decimal(repr(scale)))
 
 
 def parse_size(value, where: str = "size") -> int:
@@ -62,7 +68,7 @@ def parse_bandwidth(value, where: str = "bandwidth") -> float:
         scale = _BYTE_UNIT.get(unit) or _BIT_UNIT.get(unit)
         if scale is None:
             raise ConfigError(f"{_where(where)}unknown bandwidth unit {unit!r} in {value!r}; expected {expected}")
-        bw = float(m.group(1)) * scale
+        bw = _scaled(m.group(1), scale)
     else:
         raise ConfigError(f"{_where(where)}expected {expected} (a string with a unit), got {value!r}")
     if not bw > 0 or math.isinf(bw):
@@ -75,12 +81,14 @@ def parse_time(value, where: str = "time") -> float:
     expected = "a time such as 500ns, 1.5us or 2ms"
     if isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0:
         return 0.0
+    if isinstance(value, str) and value.strip() == "0":
+        return 0.0
     if not isinstance(value, str):
         raise ConfigError(f"{_where(where)}expected {expected} (a string with a unit), got {value!r}")
     m = re.fullmatch(r"\s*" + _NUM + r"\s*([a-zµ]+)\s*", value)
     if not m or m.group(2) not in _TIME_UNIT:
         raise ConfigError(f"{_where(where)}expected {expected}, got {value!r}")
-    t = float(m.group(1)) * _TIME_UNIT[m.group(2)]
+    t = _scaled(m.group(1), _TIME_UNIT[m.group(2)])
     if t < 0 or math.isinf(t):
         raise ConfigError(f"{_where(where)}expected a non-negative time, got {value!r}")
     return t

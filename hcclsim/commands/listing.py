@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..algorithm import load_all, option_help
-from ..config import describe, load_topology, preset_names, preset_dir
+from ..config import describe, load_topology, preset_names, source_text
 from ..report import render_list
 from ..units import format_bandwidth, format_time
 
@@ -15,9 +15,7 @@ from ..units import format_bandwidth, format_time
 def topologies_cmd(name):
     """List the built-in topology presets, or print one preset's TOML (to copy and edit)."""
     if name:
-        load_topology(name)                     # validates the name, with a suggestion if unknown
-        path = preset_dir() / f"{name}.toml"
-        click.echo(path.read_text(encoding="utf-8") if path.is_file() else open(name).read(), nl=False)
+        click.echo(source_text(name, where="topologies NAME"), nl=False)   # validated first
         return
     rows = []
     for preset in preset_names():

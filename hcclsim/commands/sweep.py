@@ -9,7 +9,7 @@ import click
 from .. import collectives as C
 from ..config import DEFAULT_PRESET, load_topology
 from ..errors import ConfigError
-from ..report import FORMATS, render_table, to_csv, to_json, write
+from ..report import FORMATS, output_format, render_table, to_csv, to_json, write
 from ..sweep import ENGINES, size_grid, sweep
 from ..units import DTYPE_SIZE, parse_size
 
@@ -58,6 +58,8 @@ def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, fa
       hccl-bench sweep -c all_gather -a ring,direct -t two-tier-128 -b 1K -e 1G -f 2
       hccl-bench sweep -t my_fabric.toml --set latency=1us --format csv > out.csv
     """
+    if output:
+        output_format(output)
     topo = load_topology(topology, list(overrides))
     sizes = size_grid(minbytes, maxbytes, factor)
     colls = list(C.COLLECTIVES) if collective.strip() == "all" else [c for c in collective.split(",") if c.strip()]

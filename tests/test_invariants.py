@@ -1,0 +1,98 @@
+"""Registry-wide properties: every algorithm, every collective it implements, several topologies.
+
+A new algorithm module is covered here without writing a line: its schedules must compute their
+collective, time must grow with size, more bandwidth must never be slower, busbw must never beat
+what a rank's links can inject, and the one-instance engine path must agree with the general one.
+"""
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from hcclsim import collectives as C
+from hcclsim.algorithm import Problem, load_all
+from hcclsim.checker import check
+from hcclsim.engine import analytic
+from hcclsim.topology import build_flat, build_hierarchical
+
+SIZES = [0, 4, 1000, 1 << 12, 1 << 16, 1 << 20, 1 << 24, 1 << 28]
+
+
+def topologies():
+    return [
+        build_flat("switch6", "switch", 6, 50e9, 500e-9, in_switch_reduce=True),
+        build_flat("ring5", "ring", 5, 25e9, 300e-9),
+        build_flat("mesh4", "full_mesh", 4, 20e9, 200e-9),
+        build_flat("torus", "torus2d", 6, 30e9, 100e-9, dims=(3, 2)),
+        build_hierarchical("tt", "switch", 4, 200e9, 300e-9, True, "fat_tree", 3, 25e9, 1e-6),
+        build_hierarchical("rail", "ring", 3, 100e9, 200e-9, False, "rail", 2, 25e9, 1e-6),
+    ]
+
+
+def _cases():
+    for topo in topologies():
+        for name, cls in load_all().items():
+            for coll in cls.collectives:
+                yield pytest.param(topo, name, coll, id=f"{topo.name}-{name}-{coll}")
+
+
+CASES = list(_cases())
+
+
+def _compile(topo, name, coll, size, root=0):
+    algo = load_all().get(name)()
+    problem = Problem(coll, topo, root)
+    why = algo.unsupported(problem)
+    if why:
+        pytest.skip(why)
+    sz = C.sizing(coll, size, 4, topo.nranks)
+    return algo.compile(problem, algo.structure_key(problem, sz, 4)), sz
+
+
+def _times(topo, name, coll, sizes=SIZES):
+    out = []
+    for size in sizes:
+        s, sz = _compile(topo, name, coll, size)
+        out.append(analytic.run(s, topo, [sz.block_elems], 4).time[0])
+    return np.array(out)
+
+
+@pytest.mark.parametrize("topo,name,coll", CASES)
+def test_schedule_computes_the_collective(topo, name, coll):
+    root = topo.nranks - 1
+    s, _ = _compile(topo, name, coll, 1 << 20, root=root)
+    for count in (1, 5, 2 * topo.nranks + 3):
+        check(s, count, orders=1)
+
+
+@pytest.mark.parametrize("topo,name,coll", CASES)
+def test_time_grows_with_size_and_busbw_stays_under_the_links(topo, name, coll):
+    t = _times(topo, name, coll)
+    assert np.all(np.diff(t) >= -1e-15), t
+    assert np.all(t > 0)
+    inject = max(topo.link_bw[topo.link_src == r].sum() for r in range(topo.nranks))
+    bound = inject * (2 if name == "in_switch" else 1)
+    for size, secs in zip(SIZES[1:], t[1:]):
+        sz = C.sizing(coll, size, 4, topo.nranks)
+        busbw = sz.size_bytes / secs * C.busbw_factor(coll, topo.nranks)
+        assert busbw <= bound * (1 + 1e-9), (size, busbw / 1e9, bound / 1e9)
+
+
+@pytest.mark.parametrize("topo,name,coll", CASES)
+def test_more_bandwidth_is_never_slower(topo, name, coll):
+    faster = dataclasses.replace(topo, link_bw=topo.link_bw * 2)
+    slow = _times(topo, name, coll, SIZES[2:])
+    fast = _times(faster, name, coll, SIZES[2:])
+    assert np.all(fast <= slow * (1 + 1e-12))
+
+
+@pytest.mark.parametrize("topo,name,coll", CASES)
+def test_one_instance_path_agrees_with_the_general_path(topo, name, coll):
+    n = topo.nranks
+    s, _ = _compile(topo, name, coll, 1 << 20)
+    even = [s.layout.k * 64, s.layout.k * 4096]          # every chunk the same size
+    fast = analytic.run(s, topo, even, 4)
+    slow = analytic.run(s, topo, even, 4, symmetric=False)
+    np.testing.assert_allclose(fast.time, slow.time, rtol=1e-12)
+    assert n == s.nranks
