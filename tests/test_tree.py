@@ -1,0 +1,106 @@
+from itertools import pairwise
+
+import pytest
+from hcclsim.algorithms.tree import dtree_parents
+from helpers import busbw, compile_for, counts_to_check, time_of
+
+from hcclsim import collectives as C
+from hcclsim.algorithm import Problem, parse_spec
+from hcclsim.checker import check
+from hcclsim.topology import build_flat
+
+B, LAT = 50e9, 500e-9
+
+
+def _children(parent):
+    kids = [[] for _ in parent]
+    for r, p in enumerate(parent):
+        if p >= 0:
+            kids[p].append(r)
+    return kids
+
+
+@pytest.mark.parametrize("n", list(range(2, 18)) + [64, 100, 4096])
+def test_double_binary_trees_span_all_ranks_and_complement(n):
+    for parent in dtree_parents(n):
+        assert parent.count(-1) == 1
+        assert max(len(k) for k in _children(parent)) <= 2
+        for r in range(n):                       # every rank reaches the root
+            seen = 0
+            while parent[r] >= 0:
+                r, seen = parent[r], seen + 1
+                assert seen < n
+    if n % 2 == 0:                               # mirrored trees: no rank is interior in both
+        interior = [{r for r, k in enumerate(_children(p)) if k} for p in dtree_parents(n)]
+        assert not interior[0] & interior[1]
+
+
+@pytest.mark.parametrize("n", range(2, 18))
+@pytest.mark.parametrize("spec", ["tree", "tree:chunks=3"])
+def test_tree_schedule_computes_the_collective(n, spec):
+    topo = build_flat("t", "switch", n, B, 0.0)
+    for coll, roots in (("all_reduce", [0]), ("broadcast", [0, n - 1]), ("reduce", [0, n - 1])):
+        for root in roots:
+            s = compile_for(spec, coll, topo, root=root)
+            for count in counts_to_check(n):
+                check(s, count)
+
+
+@pytest.mark.parametrize("n, root", [(8, 0), (8, 5), (5, 0), (5, 4), (13, 7)])
+def test_binomial_broadcast_and_reduce_are_log_steps(n, root):
+    topo = build_flat("t", "switch", n, B, LAT)
+    size = 4 * 1024 * 9
+    K = (n - 1).bit_length()                     # ceil(log2 n): one transfer per rank link per step
+    want = K * (2 * LAT + size / B)
+    assert time_of("tree", "broadcast", topo, size, root=root) == pytest.approx(want, rel=1e-9)
+    assert time_of("tree", "reduce", topo, size, root=root) == pytest.approx(want, rel=1e-9)
+
+
+def test_pipelined_binomial_broadcast_shares_the_roots_uplink():
+    # 4 ranks: root -> 2 (step 0), root -> 1 and 2 -> 3 (step 1). Chunk p of step s runs in wave p + s,
+    # so the P - 1 middle waves have the root sending two chunks at once: (P+1) alpha + 2 S / B.
+    topo = build_flat("t", "switch", 4, B, LAT)
+    P, size = 4, 4 * 1024 * 4
+    t = time_of(f"tree:chunks={P}", "broadcast", topo, size)
+    assert t == pytest.approx((P + 1) * 2 * LAT + 2 * size / B, rel=1e-9)
+
+
+def test_tree_allreduce_targets_on_eight_ranks(switch8):
+    zero = build_flat("z", "switch", 8, B, 0.0)
+    bw = busbw("tree", "all_reduce", zero, 1 << 30)
+    assert 0.8 * 50 <= bw <= 50 * 7 / 8                # double binary tree ideal: B (N-1)/N = 43.75
+    assert bw == pytest.approx(43.75 * 64 / 65.5, rel=1e-9)       # measured: T = (P + 1.5) 2S/(P B), P = 64
+    t = time_of("tree", "all_reduce", switch8, 256)
+    alpha = 2 * LAT
+    assert 6 * alpha < t <= 6 * alpha + 6 * 2 * 256 / B           # 2H = 6 waves of (alpha + <= 2 S/B)
+    assert t < time_of("ring", "all_reduce", switch8, 256)        # 14 us
+
+
+def test_more_chunks_approach_the_double_tree_bound():
+    zero = build_flat("z", "switch", 8, B, 0.0)
+    got = [busbw(f"tree:chunks={P}:max_chunks=1024", "all_reduce", zero, 1 << 30) for P in (1, 4, 16, 64, 256)]
+    assert all(a < b for a, b in pairwise(got))
+    assert got[-1] <= 50 * 7 / 8 and got[-1] > 0.99 * 50 * 7 / 8
+
+
+def test_structure_key_follows_size_and_caps_templates():
+    algo = parse_spec("tree")
+    small = Problem("all_reduce", build_flat("t", "switch", 8, B, LAT))
+    key = lambda problem, size: algo.structure_key(problem, C.sizing(problem.collective, size, 4, problem.nranks), 4)
+    assert key(small, 256) == 1
+    assert key(small, 3 << 20) == 3
+    assert key(small, 1 << 30) == 64
+    assert algo.structure_key(Problem("broadcast", small.topology), C.sizing("broadcast", 1 << 30, 4, 8), 4) == 1
+    big = Problem("all_reduce", build_flat("b", "switch", 4096, B, LAT))
+    assert key(big, 1 << 30) == (1 << 18) // (4 * 4095)          # 16 chunks: 262k templates, not 1M
+    capped = parse_spec("tree:max_templates=1000")
+    topo = build_flat("m", "switch", 64, B, LAT)
+    s = compile_for("tree:max_templates=1000", "all_reduce", topo, size=1 << 30)
+    assert s.layout.k == 2 * (1000 // (4 * 63)) and s.ntemplates <= 1000
+    assert capped.options.max_templates == 1000
+
+
+@pytest.mark.parametrize("coll", ["all_reduce", "broadcast", "reduce"])
+def test_time_grows_with_size(switch8, coll):
+    times = [time_of("tree", coll, switch8, 1 << k) for k in range(4, 31, 2)]
+    assert all(a < b for a, b in pairwise(times))
