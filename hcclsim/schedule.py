@@ -200,12 +200,13 @@ class ScheduleBuilder:
         flat = [d for ds in self.deps for d in ds] or [(0, 0, 0, 0)]
         dep = np.asarray(flat, np.int64).reshape(-1, 4)[: ptr[-1]]
         groups = tmpl[:, F_GROUP]
-        for t in range(T):
-            for e in range(ptr[t], ptr[t + 1]):
-                u = dep[e, 0]
-                if not 0 <= u < t or groups[u] >= groups[t]:
-                    raise ScheduleError(f"{self.algorithm}: template {t} (group {groups[t]}) depends on "
-                                        f"template {u}, which is not in an earlier group")
+        consumer = np.repeat(np.arange(T), np.diff(ptr))
+        bad = (dep[:, 0] < 0) | (dep[:, 0] >= consumer) | (groups[np.clip(dep[:, 0], 0, T - 1)] >= groups[consumer])
+        if bad.any():
+            e = int(np.argmax(bad))
+            t, u = int(consumer[e]), int(dep[e, 0])
+            raise ScheduleError(f"{self.algorithm}: template {t} (group {groups[t]}) depends on "
+                                f"template {u}, which is not in an earlier group")
         if groups[0] != 0 or np.any(np.diff(groups) > 1) or np.any(np.diff(groups) < 0):
             raise ScheduleError(f"{self.algorithm}: groups must be numbered 0, 1, 2, ... without gaps")
         gptr = np.searchsorted(groups, np.arange(groups[-1] + 2)).astype(np.int64)

@@ -45,11 +45,25 @@ def _extend(topo: Topology, rank_img: np.ndarray, shape) -> np.ndarray | None:
         if u != v:
             nbr[u].add(v)
             nbr[v].add(u)
+    # a switch next to ranks is known by the ranks it serves and its number of switch neighbours
+    # (a leaf by its NICs, not by the spine; a scale-up switch and a leaf may serve the same ranks)
+    def key(s, img_of):
+        ranks = frozenset(img_of(x) for x in nbr[s] if x < n)
+        return ranks, len(nbr[s]) - len(ranks)
+
+    by_ranks: dict = {}
+    for s in range(n, nn):
+        by_ranks.setdefault(key(s, int), []).append(s)
+    for s in range(n, nn):
+        ranks, others = key(s, lambda x: int(img[x]))
+        cands = by_ranks.get((ranks, others), []) if ranks else []
+        if len(cands) == 1:
+            img[s] = cands[0]
+    # the rest (a spine) by their neighbours' images
     by_sig = {}
     for s in range(n, nn):
         by_sig.setdefault(frozenset(nbr[s]), []).append(s)
-    # scale-up switches must follow their domain: switch of domain d -> switch of the image domain
-    todo = list(range(n, nn))
+    todo = [s for s in range(n, nn) if img[s] < 0]
     while todo:
         left = []
         for s in todo:

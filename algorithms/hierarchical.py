@@ -1,0 +1,179 @@
+"""Hierarchical (two-tier) collectives on D scale-up domains of L ranks (rank = d*L + l).
+
+Scale-up phases run inside every domain at once (along l), scale-out phases on
+every *rail* at once (the D ranks with the same l, one per domain), each on
+1/L of the data, so all L NICs of a domain work in parallel:
+
+  AllReduce      intra reduce-scatter -> inter allreduce (RS + AG) of the 1/L piece -> intra all-gather
+  ReduceScatter  intra reduce-scatter -> inter reduce-scatter
+  AllGather      inter all-gather -> intra all-gather
+  AllToAll       intra exchange to the rank on the destination's rail (staged in TMP) -> inter exchange
+  Broadcast      scatter in the root's domain -> scatter + all-gather per rail -> intra all-gather
+  Reduce         intra reduce-scatter -> reduce-scatter + gather per rail -> gather in the root's domain
+
+Options: intra = ring | direct | in_switch (auto: in_switch where the scale-up
+switch reduces, else ring; AllToAll: direct), inter = ring | direct. For
+AllToAll, "ring" is a pairwise exchange in n-1 steps, "direct" all peers at once.
+The root's scatter/gather phases of Broadcast/Reduce are always direct.
+
+Alpha-beta, contention-free, S bytes, a_up / a_out the path latencies of one
+scale-up / scale-out hop pair, B_up / B_out the per-rank bandwidths, ring/ring:
+
+  AllReduce      2(L-1)(a_up + S/(L B_up)) + 2(D-1)(a_out + S/(L D B_out))
+  ReduceScatter, AllGather   (L-1)(a_up + S/(L B_up)) + (D-1)(a_out + S/(N B_out))
+  AllToAll (default: intra direct, inter ring)   a_up + (L-1)S/(L B_up) + (D-1)(a_out + S/(D B_out))
+  Broadcast, Reduce   a_up + (L-1)S/(L B_up) + a_out + (D-1)S/(N B_out)        (root's scatter / gather)
+                      + (D-1)(a_out + S/(N B_out)) + (L-1)(a_up + S/(L B_up))
+
+A direct phase on pieces of P bytes replaces (n-1)(a + P/B) by a + (n-1)P/B; an in-switch
+phase costs a_up + L P/B (L-1 pieces up then one down, or one up then L-1 down: not pipelined,
+so it wins on latency and loses P/B on bandwidth against a ring). On a fat tree each phase's
+bandwidth term is also bounded by the leaf uplinks: all L rails of a domain leave its leaf at
+once, so oversubscription os slows the inter phases by os when a leaf is one domain.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hcclsim import collectives as C
+from hcclsim.algorithm import Algorithm, Problem, opt, register
+from hcclsim.algorithms._phases import (Grid, Pieces, direct_ag, direct_rs, everything, exchange, ring_ag,
+                                        ring_rs, switch_ag, switch_rs)
+from hcclsim.schedule import IN, OUT, PUT, TMP, Affine, Layout, ScheduleBuilder, const, rot
+
+INTRA = ("auto", "ring", "direct", "in_switch")
+INTER = ("ring", "direct")
+
+
+@dataclass(frozen=True)
+class HierarchicalOptions:
+    intra: str = opt("auto", "scale-up phases: ring, direct or in_switch (auto: in_switch where the "
+                             "scale-up switch reduces, else ring; all_to_all: direct)")
+    inter: str = opt("ring", "scale-out phases, one rank per domain on each rail: ring or direct")
+
+    def __post_init__(self):
+        if self.intra not in INTRA:
+            raise ValueError(f"intra must be one of {', '.join(INTRA)}, got {self.intra!r}")
+        if self.inter not in INTER:
+            raise ValueError(f"inter must be one of {', '.join(INTER)}, got {self.inter!r}")
+
+
+@register
+class Hierarchical(Algorithm):
+    name = "hierarchical"
+    summary = "two-tier: scale-up phases inside each domain, scale-out phases on every rail in parallel"
+    collectives = (C.ALL_REDUCE, C.REDUCE_SCATTER, C.ALL_GATHER, C.ALL_TO_ALL, C.BROADCAST, C.REDUCE)
+    requires = "a two-tier topology (kind = hierarchical)"
+    Options = HierarchicalOptions
+
+    def why_not(self, problem: Problem) -> str | None:
+        topo = problem.topology
+        if topo.domains <= 1:
+            return "needs a two-tier topology (kind = hierarchical)"
+        if self.options.intra == "in_switch":
+            if problem.collective == C.ALL_TO_ALL:
+                return "intra=in_switch: all_to_all has nothing for a switch to reduce or multicast"
+            if not _switch_reduces(topo):
+                return "intra=in_switch needs a scale-up switch that reduces (scale_up.in_switch_reduce = true)"
+        return None
+
+    def _intra(self, problem: Problem) -> str:
+        choice = self.options.intra
+        if choice != "auto":
+            return choice
+        if problem.collective == C.ALL_TO_ALL:
+            return "direct"
+        return "in_switch" if _switch_reduces(problem.topology) else "ring"
+
+    def compile(self, problem: Problem, key):
+        topo, coll = problem.topology, problem.collective
+        D, L, n = topo.domains, topo.local, problem.nranks
+        intra, inter = self._intra(problem), self.options.inter
+        blocks = coll in (C.REDUCE_SCATTER, C.ALL_GATHER, C.ALL_TO_ALL)
+        # sub-piece (l, d): block d*L + l of a per-rank layout, or chunk l*D + d of a single buffer
+        g = Grid(D, L, wl=1, wd=L) if blocks else Grid(D, L, wl=D, wd=1)
+        layout = Layout(n, 1) if blocks else Layout(1, L * D)
+        nnodes = n + D if intra == "in_switch" else n
+        b = ScheduleBuilder(coll, self.label, n, (D, L), layout, nnodes=nnodes, root=problem.root)
+        b.notes.update(intra=intra, inter=inter)
+        rows, cells = Pieces(g, "l", span=True), Pieces(g, "d", span=False)
+
+        def up_rs(entry):
+            if intra == "in_switch":
+                return switch_rs(b, rows, entry, n)
+            return (ring_rs if intra == "ring" else direct_rs)(b, rows, entry)
+
+        def up_ag(entry):
+            if intra == "in_switch":
+                return switch_ag(b, rows, entry, n)
+            return (ring_ag if intra == "ring" else direct_ag)(b, rows, entry)
+
+        out_rs = ring_rs if inter == "ring" else direct_rs
+        out_ag = ring_ag if inter == "ring" else direct_ag
+
+        if coll == C.ALL_REDUCE:
+            up_ag(out_ag(b, cells, out_rs(b, cells, up_rs([]))))
+        elif coll == C.REDUCE_SCATTER:
+            out_rs(b, cells, up_rs([]))
+        elif coll == C.ALL_GATHER:
+            up_ag(out_ag(b, cells, []))
+        elif coll == C.ALL_TO_ALL:
+            _all_to_all(b, g, intra == "ring", inter == "ring")
+        elif coll == C.BROADCAST:
+            up_ag(out_ag(b, cells, _scatter(b, g, problem.root)))
+        else:
+            _gather(b, g, problem.root, out_rs(b, cells, up_rs([])))
+        return b.build()
+
+
+def _switch_reduces(topo) -> bool:
+    """Every rank's reducing switch is its domain's scale-up switch, node nranks + d."""
+    r = range(topo.nranks)
+    return topo.can_reduce_in_switch and all(int(topo.reduce_switch[x]) == topo.nranks + x // topo.local for x in r)
+
+
+def _all_to_all(b: ScheduleBuilder, g: Grid, intra_pairwise: bool, inter_pairwise: bool) -> None:
+    """Rank (d, l) first hands rank (d, l') everything bound for rail l' (IN blocks d'*L + l', staged
+    at TMP blocks d'*L + l), then rank (d, l') sends TMP blocks d'*L .. d'*L+L-1 to (d', l') at OUT
+    blocks d*L .. d*L+L-1."""
+    D, L = g.D, g.L
+    strided = {"nchunks": 1, "nrun": D, "rstride": L} if D > 1 else {"nchunks": 1}
+    entry = exchange(b, g, "l", [], lambda s: rot(1, s, L), lambda s: rot(1, 0, L), strided, IN, TMP,
+                     intra_pairwise)
+    exchange(b, g, "d", entry, lambda s: rot(0, s, D, L, i_coef=1), lambda s: rot(0, 0, D, L, i_coef=1),
+             {"nchunks": L}, TMP, OUT, inter_pairwise)
+
+
+def _scatter(b: ScheduleBuilder, g: Grid, root: int) -> list:
+    """Broadcast's first half: the root hands row l to rank (d0, l), which hands sub-piece (l, d) to
+    rank (d, l). Returns deps meaning 'every rank holds its sub-piece'."""
+    D, L = g.D, g.L
+    d0, l0 = divmod(root, L)
+    ts = []
+    if L > 1:   # instance j: rank (d0, l0+1+j), j < L-1
+        ts.append(b.op(src=const(root), dst=rot(1, l0 + 1, L, 1, base=d0 * L), schunk=rot(1, l0 + 1, L, D),
+                       nchunks=D, group=b.next_group(), inst=(1, L - 1), kind=PUT, sbuf=OUT, dbuf=OUT))
+    # instance (i, j): rank (d0, j) -> rank (d0+1+i, j), i < D-1
+    ts.append(b.op(src=rot(1, 0, L, 1, base=d0 * L), dst=_other_domain(d0, D, L, L, 1),
+                   schunk=_other_domain(d0, D, L, 1, D), group=b.next_group(), inst=(D - 1, L), kind=PUT,
+                   sbuf=OUT, dbuf=OUT, deps=everything(ts)))
+    return everything(ts[-1:])
+
+
+def _gather(b: ScheduleBuilder, g: Grid, root: int, entry) -> None:
+    """Reduce's last half: rank (d, l) holds the reduced sub-piece (l, d); it goes to rank (d0, l),
+    which then holds row l and hands it to the root."""
+    D, L = g.D, g.L
+    d0, l0 = divmod(root, L)
+    deps = everything(sorted({t for t, *_ in entry}))
+    t = b.op(src=_other_domain(d0, D, L, L, 1), dst=rot(1, 0, L, 1, base=d0 * L), schunk=_other_domain(d0, D, L, 1, D),
+             group=b.next_group(), inst=(D - 1, L), kind=PUT, sbuf=OUT, dbuf=OUT, deps=deps)
+    if L > 1:
+        b.op(src=rot(1, l0 + 1, L, 1, base=d0 * L), dst=const(root), schunk=rot(1, l0 + 1, L, D), nchunks=D,
+             group=b.next_group(), inst=(1, L - 1), kind=PUT, sbuf=OUT, dbuf=OUT, deps=everything([t]))
+
+
+def _other_domain(d0: int, D: int, L: int, wd: int, wl: int) -> Affine:
+    """((d0 + 1 + i) mod D) * wd + j * wl: something of domain d0+1+i on rail j."""
+    return Affine(a1=1, c1=(d0 + 1) % D, m1=D, w1=wd, b2=1, m2=L, w2=wl)
