@@ -1,0 +1,71 @@
+"""The algorithm registry: duplicates refused, unknown names suggested, third parties via entry points."""
+
+import sys
+import types
+
+import pytest
+
+from hcclsim import algorithm as A
+from hcclsim import collectives as C
+from hcclsim.errors import ConfigError
+from hcclsim.registry import Registry
+
+
+def test_registering_a_name_twice_is_an_error():
+    reg = Registry("algorithm")
+    reg.add("x", object())
+    with pytest.raises(ConfigError, match="registered twice"):
+        reg.add("x", object())
+
+
+def test_unknown_algorithm_suggests_the_closest():
+    with pytest.raises(ConfigError, match=r"unknown algorithm 'rnig' \(did you mean 'ring'\?\)"):
+        A.parse_spec("rnig")
+
+
+def test_options_are_parsed_typed_and_checked():
+    algo = A.parse_spec("ring:channels=2:chunks=4")
+    assert (algo.options.channels, algo.options.chunks) == (2, 4)
+    assert algo.label == "ring:channels=2:chunks=4"
+    with pytest.raises(ConfigError, match="ring has no option 'chanels'"):
+        A.parse_spec("ring:chanels=2")
+    with pytest.raises(ConfigError, match="ring:channels expects a int"):
+        A.parse_spec("ring:channels=two")
+    with pytest.raises(ConfigError, match="must be >= 0"):
+        A.parse_spec("ring:channels=-1")
+
+
+def test_third_party_algorithms_register_through_entry_points(monkeypatch):
+    module = types.ModuleType("thirdparty_algos")
+
+    def body():
+        @A.register
+        class Mine(A.Algorithm):
+            name = "thirdparty_ring"
+            summary = "a plug-in"
+            collectives = (C.ALL_REDUCE,)
+
+    module.body = body
+    sys.modules["thirdparty_algos"] = module
+
+    class EP:
+        value = "thirdparty_algos"
+
+    imported = []
+    real_import = A.importlib.import_module
+
+    def fake_import(name):
+        if name == "thirdparty_algos":
+            imported.append(name)
+            body()
+            return module
+        return real_import(name)
+
+    monkeypatch.setattr(A, "entry_points", lambda group: [EP] if group == "hcclsim.algorithms" else [])
+    monkeypatch.setattr(A.importlib, "import_module", fake_import)
+    A.load_all()                                   # built-ins first, then undo what the plug-in adds
+    monkeypatch.setattr(A.ALGORITHMS, "_items", dict(A.ALGORITHMS._items))
+    monkeypatch.setattr(A, "_loaded", False)
+    reg = A.load_all()
+    assert imported == ["thirdparty_algos"]
+    assert "thirdparty_ring" in reg.names() and "ring" in reg.names()
