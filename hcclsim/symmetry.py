@@ -99,7 +99,16 @@ def _link_perm(topo: Topology, img: np.ndarray) -> np.ndarray | None:
 
 
 def link_orbits(topo: Topology, shape: tuple[int, int]):
-    """(orbit id per link, orbit sizes) under the grid translations, or None if they are not symmetries."""
+    """(orbit id per link, orbit sizes) under the grid translations, or None if they are not symmetries.
+
+    Computed once per topology and shape (cached on the topology)."""
+    key = ("link_orbits", tuple(shape))
+    if key not in topo.cache:
+        topo.cache[key] = _link_orbits(topo, shape)
+    return topo.cache[key]
+
+
+def _link_orbits(topo: Topology, shape: tuple[int, int]):
     D, L = shape
     n = topo.nranks
     if D * L != n:

@@ -66,6 +66,7 @@ class Topology:
     reduce_switch: np.ndarray    # int32[N]: node id of a switch that reduces for this rank, or -1
     tiers: tuple[Tier, ...]
     spec: dict = field(default_factory=dict, compare=False)   # the resolved [topology] table
+    cache: dict = field(default_factory=dict, compare=False, repr=False, init=False)  # derived facts (orbits)
 
     @property
     def nlinks(self) -> int:
