@@ -14,7 +14,8 @@ import numpy as np
 
 from . import collectives as C
 from .errors import ScheduleError
-from .schedule import F_DBUF, F_KIND, F_N, F_NRUN, F_RSTRIDE, F_SBUF, PUT_REDUCE, Schedule, expand
+from .expand import expand
+from .schedule import F_DBUF, F_KIND, F_N, F_NRUN, F_RSTRIDE, F_SBUF, PUT_REDUCE, Schedule
 
 
 def _orders(ex: dict, seeds: int):

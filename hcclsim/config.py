@@ -14,12 +14,17 @@ from pathlib import Path
 
 from .errors import ConfigError, suggest, unknown
 from .topology import FLAT_KINDS, SCALE_OUT_KINDS, Topology, build_flat, build_hierarchical
-from .units import parse_bandwidth, parse_time
+from .params import DEFAULT_ENDPOINT, DEFAULT_PACKET, SWITCHING, Endpoint, PacketParams
+from .units import parse_bandwidth, parse_size, parse_time
 
-FLAT_KEYS = {"description", "kind", "ranks", "bandwidth", "latency", "in_switch_reduce", "dims"}
-HIER_KEYS = {"description", "kind", "scale_up", "scale_out"}
-UP_KEYS = {"kind", "ranks", "bandwidth", "latency", "in_switch_reduce"}
-OUT_KEYS = {"kind", "domains", "bandwidth", "latency", "oversubscription", "leaf_size"}
+PACKET_KEYS = {"mtu", "switching", "switch_buffer", "switch_latency", "reduction_table_entries"}
+ENDPOINT_KEYS = {"message_engines", "issue_overhead", "reduction_bandwidth"}
+FLAT_KEYS = {"description", "kind", "ranks", "bandwidth", "latency", "in_switch_reduce", "dims", "endpoint"} \
+    | PACKET_KEYS
+HIER_KEYS = {"description", "kind", "scale_up", "scale_out", "endpoint"}
+UP_KEYS = {"kind", "ranks", "bandwidth", "latency", "in_switch_reduce"} | PACKET_KEYS
+OUT_KEYS = {"kind", "domains", "bandwidth", "latency", "oversubscription", "leaf_size"} | PACKET_KEYS
+OPTIONAL_TABLES = {"endpoint"}          # --set may create these
 DEFAULT_PRESET = "dgx-h100"
 
 
@@ -134,10 +139,10 @@ def _bool(v, where):
     return v
 
 
-def _choice(choices):
+def _choice(choices, what: str = "kind"):
     def parse(v, where):
         if v not in choices:
-            raise ConfigError(f"{where}: {unknown('kind', v, choices)}")
+            raise ConfigError(f"{where}: {unknown(what, v, choices)}")
         return v
     return parse
 
@@ -169,6 +174,8 @@ def build(doc: dict, name: str, label: str, overrides: list[str] = ()) -> Topolo
         path, value = parse_override(item)
         node = doc["topology"]
         for part in path[:-1]:
+            if part not in node and part in OPTIONAL_TABLES and node is doc["topology"]:
+                node[part] = {}
             if not isinstance(node.get(part), dict):
                 raise ConfigError(f"--set {'.'.join(path)}: there is no table {part!r} to set a key in")
             node = node[part]
@@ -201,7 +208,7 @@ def build(doc: dict, name: str, label: str, overrides: list[str] = ()) -> Topolo
             up.get("latency", parse_time, 0.0), up.get("in_switch_reduce", _bool, False), out_kind,
             domains, out.get("bandwidth", parse_bandwidth, required=True),
             out.get("latency", parse_time, 0.0), out.get("oversubscription", _number(1.0), 1.0),
-            leaf_size, spec=spec)
+            leaf_size, spec=spec, up_packet=_packet(up), out_packet=_packet(out), endpoint=_endpoint(top))
     top.check_keys(FLAT_KEYS)
     dims = top.get("dims", _dims)
     if dims is not None and kind != "torus2d":
@@ -219,7 +226,42 @@ def build(doc: dict, name: str, label: str, overrides: list[str] = ()) -> Topolo
     top.get("description", _str)
     return build_flat(name, kind, ranks, top.get("bandwidth", parse_bandwidth, required=True),
                       top.get("latency", parse_time, 0.0), top.get("in_switch_reduce", _bool, False), dims,
-                      spec=spec)
+                      spec=spec, packet=_packet(top), endpoint=_endpoint(top))
+
+
+def _packet(table: _Table) -> PacketParams:
+    """The packet-level keys of one tier (docs/config.md), defaults from hcclsim.params."""
+    d = DEFAULT_PACKET
+    return PacketParams(mtu=table.get("mtu", _size(1), d.mtu),
+                        switching=table.get("switching", _choice(SWITCHING, "switching"), d.switching),
+                        switch_buffer=table.get("switch_buffer", _size(1), d.switch_buffer),
+                        switch_latency=table.get("switch_latency", parse_time, d.switch_latency),
+                        reduction_table_entries=table.get("reduction_table_entries", _int(1),
+                                                          d.reduction_table_entries))
+
+
+def _endpoint(top: _Table) -> Endpoint:
+    table = top.sub("endpoint", required=False)
+    if table is None:
+        return DEFAULT_ENDPOINT
+    table.check_keys(ENDPOINT_KEYS)
+    d = DEFAULT_ENDPOINT
+    return Endpoint(message_engines=table.get("message_engines", _int(0), d.message_engines),
+                    issue_overhead=table.get("issue_overhead", parse_time, d.issue_overhead),
+                    reduction_bandwidth=table.get("reduction_bandwidth", _bandwidth_or_zero, d.reduction_bandwidth))
+
+
+def _size(lo: int):
+    def parse(v, where):
+        n = parse_size(v, where)
+        if n < lo:
+            raise ConfigError(f"{where}: expected a size of at least {lo} bytes, got {v!r}")
+        return n
+    return parse
+
+
+def _bandwidth_or_zero(v, where):
+    return 0.0 if v == 0 or v == "0" else parse_bandwidth(v, where)
 
 
 def load_topology(ref: str = DEFAULT_PRESET, overrides: list[str] = ()) -> Topology:

@@ -26,6 +26,7 @@ import numpy as np
 
 from .errors import TopologyError
 from .jit import njit
+from .params import DEFAULT_ENDPOINT, DEFAULT_PACKET, Endpoint, PacketParams
 
 # kind codes, shared with the kernels
 SWITCH, RING, FULL_MESH, TORUS2D, HIERARCHICAL = 0, 1, 2, 3, 4
@@ -47,6 +48,7 @@ class Tier:
     kind: str
     bandwidth: float     # bytes/s per rank link, per direction
     latency: float       # seconds per link hop
+    packet: PacketParams = DEFAULT_PACKET
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,9 @@ class Topology:
     max_hops: int
     reduce_switch: np.ndarray    # int32[N]: node id of a switch that reduces for this rank, or -1
     tiers: tuple[Tier, ...]
+    link_tier: np.ndarray        # int8[nlinks]: index into tiers
+    node_tier: np.ndarray        # int8[nnodes]: the tier of each switch node (-1 for ranks)
+    endpoint: Endpoint = DEFAULT_ENDPOINT
     spec: dict = field(default_factory=dict, compare=False)   # the resolved [topology] table
     cache: dict = field(default_factory=dict, compare=False, repr=False, init=False)  # derived facts (orbits)
 
@@ -217,7 +222,8 @@ def _max_hops_flat(kind: int, n: int, x_dim: int) -> int:
 
 def build_flat(name: str, kind: str, nranks: int, bandwidth: float, latency: float,
                in_switch_reduce: bool = False, dims: tuple[int, int] | None = None,
-               spec: dict | None = None) -> Topology:
+               spec: dict | None = None, packet: PacketParams = DEFAULT_PACKET,
+               endpoint: Endpoint = DEFAULT_ENDPOINT) -> Topology:
     code = FLAT_KINDS[kind]
     x_dim = dims[0] if dims else 0
     if code == TORUS2D and (not dims or dims[0] * dims[1] != nranks):
@@ -235,14 +241,18 @@ def build_flat(name: str, kind: str, nranks: int, bandwidth: float, latency: flo
     topo = Topology(name=name, kind=kind, nranks=nranks, domains=1, local=nranks, params=params,
                     link_bw=bw, link_lat=lat, link_src=src.astype(np.int32), link_dst=dst.astype(np.int32),
                     nnodes=nnodes, max_hops=_max_hops_flat(code, nranks, x_dim), reduce_switch=red,
-                    tiers=(Tier("flat", kind, bandwidth, latency),), spec=spec or {})
+                    tiers=(Tier("flat", kind, bandwidth, latency, packet),), link_tier=np.zeros(len(src), np.int8),
+                    node_tier=np.where(np.arange(nnodes) < nranks, -1, 0).astype(np.int8), endpoint=endpoint,
+                    spec=spec or {})
     check_connected(topo)
     return topo
 
 
 def build_hierarchical(name: str, up_kind: str, local: int, up_bw: float, up_lat: float, in_switch_reduce: bool,
                        out_kind: str, domains: int, out_bw: float, out_lat: float, oversubscription: float = 1.0,
-                       leaf_size: int | None = None, spec: dict | None = None) -> Topology:
+                       leaf_size: int | None = None, spec: dict | None = None,
+                       up_packet: PacketParams = DEFAULT_PACKET, out_packet: PacketParams = DEFAULT_PACKET,
+                       endpoint: Endpoint = DEFAULT_ENDPOINT) -> Topology:
     ucode = FLAT_KINDS[up_kind]
     if ucode == TORUS2D:
         raise TopologyError("topology.scale_up.kind: expected switch, ring or full_mesh")
@@ -263,6 +273,7 @@ def build_hierarchical(name: str, up_kind: str, local: int, up_bw: float, up_lat
     for d in range(domains):
         parts.append(_flat_links(ucode, local, 0, up_bw, up_lat, d * local, up_switch0 + d))
     ulinks = len(parts[0][0])
+    nup_links = domains * ulinks
     r = np.arange(n, dtype=np.int64)
     if ocode == FAT_TREE:
         leaf_of = out_sw0 + r // leaf_size
@@ -291,8 +302,11 @@ def build_hierarchical(name: str, up_kind: str, local: int, up_bw: float, up_lat
     topo = Topology(name=name, kind="hierarchical", nranks=n, domains=domains, local=local, params=params,
                     link_bw=bw, link_lat=lat, link_src=src, link_dst=dst, nnodes=out_sw0 + nout_sw,
                     max_hops=up_hops + 4, reduce_switch=red,
-                    tiers=(Tier("scale_up", up_kind, up_bw, up_lat), Tier("scale_out", out_kind, out_bw, out_lat)),
-                    spec=spec or {})
+                    tiers=(Tier("scale_up", up_kind, up_bw, up_lat, up_packet),
+                           Tier("scale_out", out_kind, out_bw, out_lat, out_packet)),
+                    link_tier=(np.arange(len(src)) >= nup_links).astype(np.int8),
+                    node_tier=np.concatenate([np.full(n, -1), np.zeros(nup_sw), np.ones(nout_sw)]).astype(np.int8),
+                    endpoint=endpoint, spec=spec or {})
     check_connected(topo)
     return topo
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 import hcclsim.commands.sweep as sweep_module
 from hcclsim.cli import cli, main
-from hcclsim.config import FLAT_KEYS, HIER_KEYS, OUT_KEYS, UP_KEYS, load_topology
+from hcclsim.config import ENDPOINT_KEYS, FLAT_KEYS, HIER_KEYS, OUT_KEYS, UP_KEYS, load_topology
 from hcclsim.sweep import COLUMNS, sweep
 
 HEADER = "collective,algorithm,topology,ranks,engine,size_bytes,count,dtype,root,time_us,algbw_GBps,busbw_GBps"
@@ -301,8 +301,8 @@ def test_docs_example_is_the_real_output():
 
 def test_docs_list_every_key_and_flag():
     text = DOCS.read_text(encoding="utf-8")
-    tables = {"scale_up", "scale_out"}
-    for key in sorted((FLAT_KEYS | HIER_KEYS | UP_KEYS | OUT_KEYS) - tables):
+    tables = {"scale_up", "scale_out", "endpoint"}
+    for key in sorted((FLAT_KEYS | HIER_KEYS | UP_KEYS | OUT_KEYS | ENDPOINT_KEYS) - tables):
         assert f"| `{key}` |" in text, key
     for table in tables:
         assert f"`[topology.{table}]`" in text
