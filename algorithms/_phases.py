@@ -18,13 +18,24 @@ is ready to be written: a rendezvous), so phases never race on buffers.
 
 Per phase, with n ranks along the axis, piece P bytes, path latency a and
 bandwidth B (contention-free): ring reduce-scatter / all-gather
-``(n-1)(a + P/B)``; direct ``a + (n-1)P/B``; in-switch (switch hop latency h)
-reduce-scatter ``2h + (n-1)P/B + P/B``, all-gather ``2h + P/B + (n-1)P/B``.
+``(n-1)(a + P/B)``, and ``(n-1)(a + P/(C B))`` with C channels alternating
+direction on point-to-point links (a ring or full mesh: both directions work);
+direct ``a + (n-1)P/B``; in-switch (switch hop latency h, so a = 2h through the
+switch), pipelined over Q parts of P/Q bytes, wave w carrying the upload of
+part w and the multicast of part w-1:
+
+    reduce-scatter  Q (h + (n-1)P/(Q B)) + h + P/(Q B)  =  (Q+1) h + (n-1)P/B + P/(Q B)
+    all-gather      h + P/(Q B) + Q (h + (n-1)P/(Q B))  =  (Q+1) h + (n-1)P/B + P/(Q B)
+
+(reduce-scatter: the L-1 uploads of a part share a rank's uplink; all-gather: the
+L-1 multicasts share its downlink). So the in-switch phase never beats a ring on
+bandwidth -- a rank's uplink (downlink) carries (n-1)P either way, plus the
+pipeline's fill P/(Q B) -- and wins on latency, (Q+1)h against 2(n-1)h.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hcclsim.schedule import (DEP_ALL, DEP_COL, DEP_ROW, DEP_SHIFT, OUT, PUT, PUT_REDUCE, TMP, Affine,
                               ScheduleBuilder, rank_of, rot, switch_of)
@@ -77,6 +88,17 @@ class Pieces:
             return {"nchunks": m * g.q}
         return {"nchunks": g.q, "nrun": m, "rstride": w}
 
+    def part(self, off: int, c: int, k: int) -> tuple[Affine, dict]:
+        """Start chunk and shape of part c of k of piece (x + off): the piece cut into k equal
+        slices (of its one run, or the same slice of each of its runs). k must divide g.q."""
+        if self.grid.q % k:
+            raise ValueError(f"{k} parts do not divide a sub-piece of {self.grid.q} chunks")
+        shape = dict(self.shape)
+        size = shape["nchunks"] // k
+        shape["nchunks"] = size
+        a = self.at(off)
+        return replace(a, c3=a.c3 + c * size), shape
+
 
 # ----------------------------------------------------------------------------------- dependencies
 
@@ -111,32 +133,37 @@ def everything(templates) -> list:
 
 # ----------------------------------------------------------------------------------- phases
 
-def _ring(b: ScheduleBuilder, pcs: Pieces, entry, reduce: bool) -> list:
+def _ring(b: ScheduleBuilder, pcs: Pieces, entry, reduce: bool, channels: int) -> list:
     g, ax = pcs.grid, pcs.axis
     n, inst = g.n(ax), (g.D, g.L)
     entry = moved(entry, 0, 0, g.D, g.L)
     if n == 1:
         return entry
-    back = g.step(ax, -1)
-    prev = None
+    dirs = [1 if c % 2 == 0 else -1 for c in range(channels)]    # channel c: part c, alternating direction
+    prev: list = [None] * channels
     for s in range(n - 1):
-        # reduce-scatter: send piece x-s-1 (the partial sum grows around the ring, ends at its owner);
-        # all-gather: forward piece x-s (own piece first).
-        off = -s - 1 if reduce else -s
-        deps = ready(g, entry, ax, 1) if prev is None else [(prev, DEP_SHIFT, *back), prev]
-        prev = b.op(src=g.peer(ax, 0), dst=g.peer(ax, 1), schunk=pcs.at(off), group=b.next_group(), inst=inst,
-                    kind=PUT_REDUCE if reduce else PUT, sbuf=OUT, dbuf=OUT, deps=deps, **pcs.shape)
-    return [(prev, DEP_SHIFT, *back), (prev, DEP_SHIFT, 0, 0)]
+        grp = b.next_group()
+        for c, d in enumerate(dirs):
+            # reduce-scatter: send piece x-d(s+1) (the partial sum grows around the ring, ends at its
+            # owner); all-gather: forward piece x-ds (own piece first).
+            start, shape = pcs.part(-d * (s + 1) if reduce else -d * s, c, channels)
+            back = (prev[c], DEP_SHIFT, *g.step(ax, -d))       # the part arrived from my upstream
+            deps = ready(g, entry, ax, d) if prev[c] is None else [back, prev[c]]
+            prev[c] = b.op(src=g.peer(ax, 0), dst=g.peer(ax, d), schunk=start, group=grp, inst=inst, chan=c,
+                           kind=PUT_REDUCE if reduce else PUT, sbuf=OUT, dbuf=OUT, deps=deps, **shape)
+    # done: my last sends, and my upstream's last sends into me, on every channel
+    return [x for c, d in enumerate(dirs)
+            for x in ((prev[c], DEP_SHIFT, *g.step(ax, -d)), (prev[c], DEP_SHIFT, 0, 0))]
 
 
-def ring_rs(b: ScheduleBuilder, pcs: Pieces, entry) -> list:
+def ring_rs(b: ScheduleBuilder, pcs: Pieces, entry, channels: int = 1) -> list:
     """Ring reduce-scatter along the axis: rank x ends with the sum over its group of piece x."""
-    return _ring(b, pcs, entry, True)
+    return _ring(b, pcs, entry, True, channels)
 
 
-def ring_ag(b: ScheduleBuilder, pcs: Pieces, entry) -> list:
+def ring_ag(b: ScheduleBuilder, pcs: Pieces, entry, channels: int = 1) -> list:
     """Ring all-gather along the axis: rank x starts with piece x, ends with every piece."""
-    return _ring(b, pcs, entry, False)
+    return _ring(b, pcs, entry, False, channels)
 
 
 def _direct(b: ScheduleBuilder, pcs: Pieces, entry, reduce: bool) -> list:
@@ -164,44 +191,66 @@ def direct_ag(b: ScheduleBuilder, pcs: Pieces, entry) -> list:
     return _direct(b, pcs, entry, False)
 
 
-def switch_rs(b: ScheduleBuilder, pcs: Pieces, entry, nranks: int) -> list:
-    """In-switch reduce-scatter along l: every rank adds piece y (y != me) into the domain switch's
-    table, then the switch adds the sum of the others into rank y's piece."""
-    g = pcs.grid
+def _along_l(pcs: Pieces) -> None:
     if pcs.axis != "l":
         raise ValueError("in-switch phases run along the l axis (inside a domain)")
+
+
+def switch_rs(b: ScheduleBuilder, pcs: Pieces, entry, nranks: int, parts: int = 1) -> list:
+    """In-switch reduce-scatter along l, pipelined over ``parts``: every rank adds part w of piece y
+    (y != me) into the domain switch's table, then the switch adds the sum of the others into part w
+    of rank y's piece. Wave w: uploads of part w, and the switch's sends of part w-1."""
+    _along_l(pcs)
+    g = pcs.grid
     entry = moved(entry, 0, 0, g.D, g.L)
     if g.L == 1:
         return entry
-    inst, sw = (g.D, g.L), switch_of(g.D, nranks)
-    grp, ups = b.next_group(), []
-    for s in range(1, g.L):
-        ups.append(b.op(src=g.peer("l", 0), dst=sw, schunk=pcs.at(s), group=grp, inst=inst, kind=PUT_REDUCE,
-                        sbuf=OUT, dbuf=OUT, deps=list(entry), **pcs.shape))
-    deps = moved([(t, DEP_SHIFT, 0, -s) for s, t in enumerate(ups, 1)] + list(entry), 0, 0, g.D, g.L)
-    down = b.op(src=sw, dst=g.peer("l", 0), schunk=pcs.at(0), group=b.next_group(), inst=inst, kind=PUT_REDUCE,
-                sbuf=OUT, dbuf=OUT, deps=deps, **pcs.shape)
-    return barrier("l", [*ups, down])
+    inst, sw, me = (g.D, g.L), switch_of(g.D, nranks), g.peer("l", 0)
+    ups: list[list[int]] = []
+    down = None
+    for w in range(parts + 1):
+        grp = b.next_group()
+        if w < parts:           # a rank uploads its parts in order (template s-1: piece x+s)
+            row = []
+            for s in range(1, g.L):
+                start, shape = pcs.part(s, w, parts)
+                row.append(b.op(src=me, dst=sw, schunk=start, group=grp, inst=inst, kind=PUT_REDUCE, sbuf=OUT,
+                                dbuf=OUT, chan=s - 1, deps=[ups[-1][s - 1]] if ups else list(entry), **shape))
+            ups.append(row)
+        if w:                   # the L-1 contributions to part w-1 of my piece are in; sent in order
+            start, shape = pcs.part(0, w - 1, parts)
+            deps = [(t, DEP_SHIFT, 0, -s) for s, t in enumerate(ups[w - 1], 1)]
+            deps = moved(deps + (list(entry) if down is None else [(down, DEP_SHIFT, 0, 0)]), 0, 0, g.D, g.L)
+            down = b.op(src=sw, dst=me, schunk=start, group=grp, inst=inst, kind=PUT_REDUCE, sbuf=OUT,
+                        dbuf=OUT, chan=g.L - 1, deps=deps, **shape)
+    return barrier("l", [down])     # the last sends depend, through their chains, on every transfer
 
 
-def switch_ag(b: ScheduleBuilder, pcs: Pieces, entry, nranks: int) -> list:
-    """In-switch all-gather along l: every rank writes its piece to the domain switch, which
-    multicasts it to the L-1 others (one transfer per destination)."""
+def switch_ag(b: ScheduleBuilder, pcs: Pieces, entry, nranks: int, parts: int = 1) -> list:
+    """In-switch all-gather along l, pipelined over ``parts``: every rank writes part w of its piece
+    to the domain switch, which multicasts it to the L-1 others (one transfer per destination).
+    Wave w: the upload of part w, and the multicasts of part w-1."""
+    _along_l(pcs)
     g = pcs.grid
-    if pcs.axis != "l":
-        raise ValueError("in-switch phases run along the l axis (inside a domain)")
     entry = moved(entry, 0, 0, g.D, g.L)
     if g.L == 1:
         return entry
-    inst, sw = (g.D, g.L), switch_of(g.D, nranks)
-    up = b.op(src=g.peer("l", 0), dst=sw, schunk=pcs.at(0), group=b.next_group(), inst=inst, kind=PUT,
-              sbuf=OUT, dbuf=TMP, deps=list(entry), **pcs.shape)
-    grp, downs = b.next_group(), []
-    for s in range(1, g.L):
-        deps = [(up, DEP_SHIFT, 0, 0)] + moved(entry, 0, s, g.D, g.L)
-        downs.append(b.op(src=sw, dst=g.peer("l", s), schunk=pcs.at(0), group=grp, inst=inst, kind=PUT,
-                          sbuf=TMP, dbuf=OUT, deps=deps, **pcs.shape))
-    return barrier("l", [up, *downs])
+    inst, sw, me = (g.D, g.L), switch_of(g.D, nranks), g.peer("l", 0)
+    ups: list[int] = []
+    downs: list[int] = []
+    for w in range(parts + 1):
+        grp = b.next_group()
+        if w < parts:
+            start, shape = pcs.part(0, w, parts)
+            ups.append(b.op(src=me, dst=sw, schunk=start, group=grp, inst=inst, kind=PUT, sbuf=OUT, dbuf=TMP,
+                            chan=0, deps=ups[-1:] or list(entry), **shape))
+        if w:                   # template s-1: my piece's part w-1 to rank x+s, after the previous one
+            start, shape = pcs.part(0, w - 1, parts)
+            downs = [b.op(src=sw, dst=g.peer("l", s), schunk=start, group=grp, inst=inst, kind=PUT, sbuf=TMP,
+                          dbuf=OUT, chan=s, deps=[(ups[w - 1], DEP_SHIFT, 0, 0)]
+                          + (moved(entry, 0, s, g.D, g.L) if w == 1 else [downs[s - 1]]), **shape)
+                     for s in range(1, g.L)]
+    return barrier("l", downs)
 
 
 def exchange(b: ScheduleBuilder, g: Grid, axis: str, entry, src_at, dst_at, shape: dict, sbuf: int, dbuf: int,

@@ -11,13 +11,19 @@ every *rail* at once (the D ranks with the same l, one per domain), each on
   Broadcast      scatter in the root's domain -> scatter + all-gather per rail -> intra all-gather
   Reduce         intra reduce-scatter -> reduce-scatter + gather per rail -> gather in the root's domain
 
-Options: intra = ring | direct | in_switch (auto: in_switch where the scale-up
-switch reduces, else ring; AllToAll: direct), inter = ring | direct. For
-AllToAll, "ring" is a pairwise exchange in n-1 steps, "direct" all peers at once.
-The root's scatter/gather phases of Broadcast/Reduce are always direct.
+Options: intra = ring | direct | in_switch, inter = ring | direct. intra=auto:
+AllToAll direct; else in_switch where the scale-up switch reduces *and* the
+alpha-beta cost of its phase (below) is lower than the ring's at this size, else
+ring. For AllToAll, "ring" is a pairwise exchange in n-1 steps, "direct" all peers
+at once. The root's scatter/gather phases of Broadcast/Reduce are always direct.
+channels: rings side by side in the intra ring phases, alternating direction
+(default 2 on a ring or full_mesh scale-up, whose links are point-to-point, else 1).
+chunks: the in-switch phases' pipeline depth Q (default ceil(size / chunk_size)
+in 1..max_chunks, and at most 4096 // (L-1): the phase has Q L templates).
 
-Alpha-beta, contention-free, S bytes, a_up / a_out the path latencies of one
-scale-up / scale-out hop pair, B_up / B_out the per-rank bandwidths, ring/ring:
+Alpha-beta, contention-free, S bytes, P = S/L the piece of an intra phase, a_up / a_out
+the path latencies of one scale-up / scale-out hop pair, B_up / B_out the per-rank
+bandwidths, ring/ring, one channel:
 
   AllReduce      2(L-1)(a_up + S/(L B_up)) + 2(D-1)(a_out + S/(L D B_out))
   ReduceScatter, AllGather   (L-1)(a_up + S/(L B_up)) + (D-1)(a_out + S/(N B_out))
@@ -25,11 +31,14 @@ scale-up / scale-out hop pair, B_up / B_out the per-rank bandwidths, ring/ring:
   Broadcast, Reduce   a_up + (L-1)S/(L B_up) + a_out + (D-1)S/(N B_out)        (root's scatter / gather)
                       + (D-1)(a_out + S/(N B_out)) + (L-1)(a_up + S/(L B_up))
 
-A direct phase on pieces of P bytes replaces (n-1)(a + P/B) by a + (n-1)P/B; an in-switch
-phase costs a_up + L P/B (L-1 pieces up then one down, or one up then L-1 down: not pipelined,
-so it wins on latency and loses P/B on bandwidth against a ring). On a fat tree each phase's
-bandwidth term is also bounded by the leaf uplinks: all L rails of a domain leave its leaf at
-once, so oversubscription os slows the inter phases by os when a leaf is one domain.
+Intra phase replacements for (L-1)(a_up + P/B_up): C ring channels on a ring / full_mesh
+scale-up (a_up one hop) (L-1)(a_up + P/(C B_up)); direct a_up + (L-1)P/B_up; in-switch
+(h = a_up/2 the rank -> switch hop) (Q+1)h + (L-1)P/B_up + P/(Q B_up). The in-switch phase
+carries as many bytes on a rank's busiest link as the ring does, plus the pipeline fill
+P/(Q B_up), so it wins only on latency: at zero latency the ring is always faster (auto
+then keeps the ring). On a fat tree each phase's bandwidth term is also bounded by the
+leaf uplinks: all L rails of a domain leave its leaf at once, so oversubscription os slows
+the inter phases by os when a leaf is one domain.
 """
 
 from __future__ import annotations
@@ -44,15 +53,25 @@ from hcclsim.schedule import IN, OUT, PUT, TMP, Affine, Layout, ScheduleBuilder,
 
 INTRA = ("auto", "ring", "direct", "in_switch")
 INTER = ("ring", "direct")
+TEMPLATE_BUDGET = 4096     # automatic chunks keep an in-switch phase's Q (L-1) templates under this
 
 
 @dataclass(frozen=True)
 class HierarchicalOptions:
     intra: str = opt("auto", "scale-up phases: ring, direct or in_switch (auto: in_switch where the "
-                             "scale-up switch reduces, else ring; all_to_all: direct)")
+                             "scale-up switch reduces and its alpha-beta cost at this size is below the "
+                             "ring's, else ring; all_to_all: direct)")
     inter: str = opt("ring", "scale-out phases, one rank per domain on each rail: ring or direct")
+    channels: int = opt(0, "rings side by side in the intra ring phases, alternating direction (0: 2 on a "
+                           "ring or full_mesh scale-up, else 1)")
+    chunks: int = opt(0, "pipeline depth of the in-switch phases (0: one per chunk_size bytes, between 1 "
+                         "and max_chunks)")
+    chunk_size: int = opt(256 << 10, "bytes per in-switch chunk when chunks=0")
+    max_chunks: int = opt(64, "upper bound on automatic chunks")
 
     def __post_init__(self):
+        if self.channels < 0 or self.chunks < 0 or self.chunk_size < 1 or self.max_chunks < 1:
+            raise ValueError("channels and chunks must be >= 0, chunk_size and max_chunks >= 1")
         if self.intra not in INTRA:
             raise ValueError(f"intra must be one of {', '.join(INTRA)}, got {self.intra!r}")
         if self.inter not in INTER:
@@ -78,36 +97,69 @@ class Hierarchical(Algorithm):
                 return "intra=in_switch needs a scale-up switch that reduces (scale_up.in_switch_reduce = true)"
         return None
 
-    def _intra(self, problem: Problem) -> str:
+    def _channels(self, problem: Problem) -> int:
+        if self.options.channels:
+            return self.options.channels
+        return 2 if problem.topology.tiers[0].kind in ("ring", "full_mesh") else 1
+
+    def _chunks(self, problem: Problem, size: int) -> int:
+        if self.options.chunks:
+            return self.options.chunks
+        per = -(-size // self.options.chunk_size)
+        cap = max(1, TEMPLATE_BUDGET // max(1, problem.topology.local - 1))
+        return int(min(max(per, 1), self.options.max_chunks, cap))
+
+    def _intra(self, problem: Problem, size: int) -> str:
         choice = self.options.intra
         if choice != "auto":
             return choice
         if problem.collective == C.ALL_TO_ALL:
             return "direct"
-        return "in_switch" if _switch_reduces(problem.topology) else "ring"
+        topo = problem.topology
+        if not _switch_reduces(topo) or topo.local == 1:
+            return "ring"
+        # one intra phase on pieces of P = size/L bytes (all collectives move a row of S/L per rank)
+        L, Q, B = topo.local, self._chunks(problem, size), topo.tiers[0].bandwidth
+        P, h, a = size / L, topo.path_latency(0, topo.nranks), topo.path_latency(0, 1)
+        in_switch = (Q + 1) * h + (L - 1) * P / B + P / (Q * B)
+        ring = (L - 1) * (a + P / B)
+        return "in_switch" if in_switch < ring else "ring"
+
+    def structure_key(self, problem, sizing, dtype_size):
+        """(intra, K): the intra phases' kind and the chunks of a sub-piece (in-switch pipeline parts,
+        ring channels, or 1)."""
+        intra = self._intra(problem, sizing.size_bytes)
+        if problem.collective == C.ALL_TO_ALL or problem.topology.local == 1:
+            return intra, 1
+        return intra, {"in_switch": self._chunks(problem, sizing.size_bytes),
+                       "ring": self._channels(problem)}.get(intra, 1)
 
     def compile(self, problem: Problem, key):
         topo, coll = problem.topology, problem.collective
         D, L, n = topo.domains, topo.local, problem.nranks
-        intra, inter = self._intra(problem), self.options.inter
+        if key is None:
+            key = self.structure_key(problem, C.sizing(coll, 0, 4, n), 4)
+        intra, K = key
+        inter = self.options.inter
         blocks = coll in (C.REDUCE_SCATTER, C.ALL_GATHER, C.ALL_TO_ALL)
-        # sub-piece (l, d): block d*L + l of a per-rank layout, or chunk l*D + d of a single buffer
-        g = Grid(D, L, wl=1, wd=L) if blocks else Grid(D, L, wl=D, wd=1)
-        layout = Layout(n, 1) if blocks else Layout(1, L * D)
+        # sub-piece (l, d) is K chunks: block d*L + l of a per-rank layout, or from chunk (l*D + d)*K
+        # of one buffer (so a row l, and each of its K parts, is contiguous there)
+        g = Grid(D, L, wl=K, wd=L * K, q=K) if blocks else Grid(D, L, wl=D * K, wd=K, q=K)
+        layout = Layout(n, K) if blocks else Layout(1, L * D * K)
         nnodes = n + D if intra == "in_switch" else n
         b = ScheduleBuilder(coll, self.label, n, (D, L), layout, nnodes=nnodes, root=problem.root)
-        b.notes.update(intra=intra, inter=inter)
+        b.notes.update(intra=intra, inter=inter, parts=K)
         rows, cells = Pieces(g, "l", span=True), Pieces(g, "d", span=False)
 
         def up_rs(entry):
             if intra == "in_switch":
-                return switch_rs(b, rows, entry, n)
-            return (ring_rs if intra == "ring" else direct_rs)(b, rows, entry)
+                return switch_rs(b, rows, entry, n, K)
+            return ring_rs(b, rows, entry, K) if intra == "ring" else direct_rs(b, rows, entry)
 
         def up_ag(entry):
             if intra == "in_switch":
-                return switch_ag(b, rows, entry, n)
-            return (ring_ag if intra == "ring" else direct_ag)(b, rows, entry)
+                return switch_ag(b, rows, entry, n, K)
+            return ring_ag(b, rows, entry, K) if intra == "ring" else direct_ag(b, rows, entry)
 
         out_rs = ring_rs if inter == "ring" else direct_rs
         out_ag = ring_ag if inter == "ring" else direct_ag
@@ -152,12 +204,12 @@ def _scatter(b: ScheduleBuilder, g: Grid, root: int) -> list:
     d0, l0 = divmod(root, L)
     ts = []
     if L > 1:   # instance j: rank (d0, l0+1+j), j < L-1
-        ts.append(b.op(src=const(root), dst=rot(1, l0 + 1, L, 1, base=d0 * L), schunk=rot(1, l0 + 1, L, D),
-                       nchunks=D, group=b.next_group(), inst=(1, L - 1), kind=PUT, sbuf=OUT, dbuf=OUT))
+        ts.append(b.op(src=const(root), dst=rot(1, l0 + 1, L, 1, base=d0 * L), schunk=rot(1, l0 + 1, L, g.wl),
+                       nchunks=D * g.q, group=b.next_group(), inst=(1, L - 1), kind=PUT, sbuf=OUT, dbuf=OUT))
     # instance (i, j): rank (d0, j) -> rank (d0+1+i, j), i < D-1
     ts.append(b.op(src=rot(1, 0, L, 1, base=d0 * L), dst=_other_domain(d0, D, L, L, 1),
-                   schunk=_other_domain(d0, D, L, 1, D), group=b.next_group(), inst=(D - 1, L), kind=PUT,
-                   sbuf=OUT, dbuf=OUT, deps=everything(ts)))
+                   schunk=_other_domain(d0, D, L, g.wd, g.wl), nchunks=g.q, group=b.next_group(),
+                   inst=(D - 1, L), kind=PUT, sbuf=OUT, dbuf=OUT, deps=everything(ts)))
     return everything(ts[-1:])
 
 
@@ -167,11 +219,13 @@ def _gather(b: ScheduleBuilder, g: Grid, root: int, entry) -> None:
     D, L = g.D, g.L
     d0, l0 = divmod(root, L)
     deps = everything(sorted({t for t, *_ in entry}))
-    t = b.op(src=_other_domain(d0, D, L, L, 1), dst=rot(1, 0, L, 1, base=d0 * L), schunk=_other_domain(d0, D, L, 1, D),
-             group=b.next_group(), inst=(D - 1, L), kind=PUT, sbuf=OUT, dbuf=OUT, deps=deps)
+    t = b.op(src=_other_domain(d0, D, L, L, 1), dst=rot(1, 0, L, 1, base=d0 * L),
+             schunk=_other_domain(d0, D, L, g.wd, g.wl), nchunks=g.q, group=b.next_group(), inst=(D - 1, L),
+             kind=PUT, sbuf=OUT, dbuf=OUT, deps=deps)
     if L > 1:
-        b.op(src=rot(1, l0 + 1, L, 1, base=d0 * L), dst=const(root), schunk=rot(1, l0 + 1, L, D), nchunks=D,
-             group=b.next_group(), inst=(1, L - 1), kind=PUT, sbuf=OUT, dbuf=OUT, deps=everything([t]))
+        b.op(src=rot(1, l0 + 1, L, 1, base=d0 * L), dst=const(root), schunk=rot(1, l0 + 1, L, g.wl),
+             nchunks=D * g.q, group=b.next_group(), inst=(1, L - 1), kind=PUT, sbuf=OUT, dbuf=OUT,
+             deps=everything([t]))
 
 
 def _other_domain(d0: int, D: int, L: int, wd: int, wl: int) -> Affine:

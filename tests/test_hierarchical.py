@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 
+from hcclsim import collectives as C
 from hcclsim.algorithm import Problem, parse_spec
 from hcclsim.checker import check
 from hcclsim.engine import analytic
@@ -43,6 +44,26 @@ def test_every_variant_computes_the_collective(D, L, coll):
                 check(s, count)
 
 
+@pytest.mark.parametrize("D,L", [(2, 3), (3, 4), (2, 5), (3, 2)])
+@pytest.mark.parametrize("coll", ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"])
+def test_pipelined_in_switch_and_channels_compute_the_collective(D, L, coll):
+    """Sub-pieces of K chunks: the in-switch pipeline's parts and the ring's channels cut every
+    piece; the inter phases and the root's scatter/gather move K-chunk sub-pieces."""
+    n = D * L
+    roots = [n - 1, (L + 1) % n] if coll in ("broadcast", "reduce") else [0]
+    cases = [(f"hierarchical:intra=in_switch:chunks={q}", topo(D, L, reduce=True)) for q in (2, 3)]
+    cases += [("hierarchical:intra=in_switch:chunks=2:inter=direct", topo(D, L, reduce=True))]
+    cases += [(f"hierarchical:intra=ring:channels={c}", topo(D, L, up=up)) for c, up in
+              ((2, "ring"), (3, "full_mesh"), (2, "switch"))]
+    cases += [("hierarchical:channels=2:inter=direct", topo(D, L, up="ring", out="rail"))]
+    for spec, t in cases:
+        for root in roots:
+            s = compile_for(spec, coll, t, root=root)
+            assert s.layout.k % s.notes["parts"] == 0
+            for count in (1, 3, n, 2 * n + 1, 7 * n + 5):
+                check(s, count)
+
+
 def test_one_rank_per_domain_and_root_zero():
     t = topo(3, 1, reduce=True)
     for coll in COLLS:
@@ -50,6 +71,11 @@ def test_one_rank_per_domain_and_root_zero():
             s = compile_for(spec, coll, t)
             for count in (1, 5):
                 check(s, count)
+
+
+def key_of(spec, coll, t, size):
+    algo = parse_spec(spec)
+    return algo.structure_key(Problem(coll, t), C.sizing(coll, size, 4, t.nranks), 4)
 
 
 def test_refusals_and_auto_choice():
@@ -60,8 +86,36 @@ def test_refusals_and_auto_choice():
     assert "in_switch_reduce" in parse_spec("hierarchical:intra=in_switch").unsupported(Problem("all_reduce", plain))
     assert "all_to_all" in parse_spec("hierarchical:intra=in_switch").unsupported(Problem("all_to_all", reducing))
     assert compile_for("hierarchical", "all_reduce", plain).notes["intra"] == "ring"
-    assert compile_for("hierarchical", "all_reduce", reducing).notes["intra"] == "in_switch"
     assert compile_for("hierarchical", "all_to_all", reducing).notes["intra"] == "direct"
+    # auto takes the in-switch phase only where it is cheaper than the ring: never at zero latency
+    # (same bytes on the busiest link plus the pipeline fill), at small sizes once hops cost time
+    assert compile_for("hierarchical", "all_reduce", reducing).notes["intra"] == "ring"
+    assert compile_for("hierarchical", "all_reduce", reducing, size=256).notes["intra"] == "ring"
+    slow = topo(2, 4, up_lat=500e-9, reduce=True)
+    for coll in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"):
+        assert key_of("hierarchical", coll, slow, 256) == ("in_switch", 1)
+        assert key_of("hierarchical", coll, slow, 1 << 30) == ("ring", 1)
+    assert key_of("hierarchical", "all_to_all", slow, 256) == ("direct", 1)
+
+
+def test_structure_key_follows_size_and_options():
+    reducing, ring_up, mesh_up = topo(2, 4, reduce=True), topo(2, 4, up="ring"), topo(2, 4, up="full_mesh")
+    sw = "hierarchical:intra=in_switch"
+    # chunks: ceil(size / 256 KiB) in 1..64, like in_switch
+    assert [key_of(sw, "all_reduce", reducing, x) for x in (256, 256 << 10, 1 << 20, 1 << 30)] == \
+        [("in_switch", 1), ("in_switch", 1), ("in_switch", 4), ("in_switch", 64)]
+    assert key_of(sw + ":chunks=5", "all_reduce", reducing, 1 << 30) == ("in_switch", 5)
+    assert key_of(sw + ":max_chunks=8", "all_gather", reducing, 1 << 30) == ("in_switch", 8)
+    assert key_of(sw + ":chunk_size=1024", "all_reduce", reducing, 4096) == ("in_switch", 4)
+    big = build_hierarchical("t", "switch", 129, 400e9, 0.0, True, "fat_tree", 2, 50e9, 0.0)
+    assert key_of(sw, "all_reduce", big, 1 << 30) == ("in_switch", 4096 // 128)   # Q (L-1) templates capped
+    # channels: 2 on point-to-point scale-up links, else 1; never more than one part for direct / all_to_all
+    assert key_of("hierarchical", "all_reduce", ring_up, 1 << 20) == ("ring", 2)
+    assert key_of("hierarchical", "all_reduce", mesh_up, 1 << 20) == ("ring", 2)
+    assert key_of("hierarchical", "all_reduce", topo(2, 4), 1 << 20) == ("ring", 1)
+    assert key_of("hierarchical:channels=3", "all_reduce", topo(2, 4), 1 << 20) == ("ring", 3)
+    assert key_of("hierarchical:intra=direct", "all_reduce", ring_up, 1 << 20) == ("direct", 1)
+    assert key_of("hierarchical:intra=ring", "all_to_all", ring_up, 1 << 20) == ("ring", 1)
 
 
 def test_labels_and_bad_options():
@@ -72,6 +126,10 @@ def test_labels_and_bad_options():
         parse_spec("hierarchical:intra=tree")
     with pytest.raises(ConfigError, match="inter must be one of"):
         parse_spec("hierarchical:inter=tree")
+    assert parse_spec("hierarchical:chunks=4:channels=2").label == "hierarchical:channels=2:chunks=4"
+    for bad in ("channels=-1", "chunks=-2", "chunk_size=0", "max_chunks=0"):
+        with pytest.raises(ConfigError, match="must be >= 0"):
+            parse_spec(f"hierarchical:{bad}")
 
 
 # ------------------------------------------------------------------------------------- engine paths
@@ -82,10 +140,15 @@ def test_symmetric_path_equals_general_path(kw):
     D, L = 4, 4
     t = topo(D, L, up_lat=100e-9, out_lat=700e-9, **kw)
     for coll in ["all_reduce", "reduce_scatter", "all_gather", "all_to_all"]:
-        for spec in ["hierarchical", "hierarchical:intra=direct:inter=direct", "hierarchical:inter=direct"]:
+        specs = ["hierarchical", "hierarchical:intra=direct:inter=direct", "hierarchical:inter=direct",
+                 "hierarchical:channels=3"]
+        if kw.get("reduce") and coll != "all_to_all":
+            specs += ["hierarchical:intra=in_switch:chunks=3",
+                      "hierarchical:intra=in_switch:chunks=2:inter=direct"]
+        for spec in specs:
             s = compile_for(spec, coll, t)
             assert equivariant(s)
-            blocks = [D * L * 64, D * L * 4096] if coll in ("all_reduce",) else [64, 4096]
+            blocks = [s.layout.k * 64, s.layout.k * 4096]     # every chunk the same size
             fast = analytic.run(s, t, blocks, 4, want_links=True)
             slow = analytic.run(s, t, blocks, 4, want_links=True, symmetric=False)
             np.testing.assert_allclose(fast.time, slow.time, rtol=1e-12)
@@ -136,20 +199,96 @@ def test_other_collectives_closed_forms():
         assert time_of("hierarchical", "reduce", t, S, root=root) == pytest.approx(bc, rel=1e-12)
 
 
+def in_switch_phase(L, P, h, B, Q):
+    """One in-switch reduce-scatter (all-gather) along l, pipelined over Q parts of P/Q bytes: Q waves
+    paced by the uplink (downlink) carrying L-1 parts, then the last part's multicast (the first
+    part's upload); h = rank -> switch hop."""
+    return Q * (h + (L - 1) * P / (Q * B)) + h + P / (Q * B)
+
+
 def test_direct_and_in_switch_closed_forms():
     L, D, a1, a2, B1, B2 = 4, 3, 150e-9, 900e-9, 400e9, 50e9
     up, out = 2 * a1, 4 * a2
     t = topo(D, L, up_bw=B1, up_lat=a1, reduce=True, out_bw=B2, out_lat=a2)
     S = D * L * 4 * 1024 * 12
+    Q = 3                                     # automatic: ceil(S / 256 KiB)
+    assert key_of("hierarchical:intra=in_switch", "all_reduce", t, S) == ("in_switch", Q)
     inter_ring = 2 * (D - 1) * (out + S / (L * D * B2))
     inter_direct = 2 * (out + (D - 1) * S / (L * D * B2))
     intra = {"ring": 2 * (L - 1) * (up + S / (L * B1)), "direct": 2 * (up + (L - 1) * S / (L * B1)),
-             "in_switch": 2 * (up + S / B1)}    # up (L-1) pieces then down one; the reverse for the AG
+             "in_switch": 2 * in_switch_phase(L, S / L, a1, B1, Q)}
     for name, x in intra.items():
         for inter, y in (("ring", inter_ring), ("direct", inter_direct)):
             got = time_of(f"hierarchical:intra={name}:inter={inter}", "all_reduce", t, S)
             assert got == pytest.approx(x + y, rel=1e-12), (name, inter)
-    assert time_of("hierarchical", "all_reduce", t, S) == time_of("hierarchical:intra=in_switch", "all_reduce", t, S)
+    # here (Q+1) h + P/(Q B) = 723 ns < 2 (L-1) h = 900 ns: auto takes the in-switch phases
+    auto = time_of("hierarchical", "all_reduce", t, S)
+    assert auto == time_of("hierarchical:intra=in_switch", "all_reduce", t, S)
+
+
+@pytest.mark.parametrize("Q", [1, 2, 5, 8])
+def test_pipelined_in_switch_closed_forms(Q):
+    """(Q+1) h + (L-1) P/B + P/(Q B) per in-switch phase, P = S/L the piece a rank owns along l."""
+    L, D, a1, a2, B1, B2 = 4, 3, 150e-9, 900e-9, 400e9, 50e9
+    N, out = D * L, 4 * a2
+    t = topo(D, L, up_bw=B1, up_lat=a1, reduce=True, out_bw=B2, out_lat=a2)
+    S = N * 4 * 40 * 3 * 7                    # every chunk the same size for Q in 1, 2, 5, 8
+    spec = f"hierarchical:intra=in_switch:chunks={Q}"
+    phase = in_switch_phase(L, S / L, a1, B1, Q)
+    assert phase == pytest.approx((Q + 1) * a1 + (L - 1) * S / (L * B1) + S / (L * Q * B1), rel=1e-12)
+    inter_rs = (D - 1) * (out + S / (N * B2))
+    assert time_of(spec, "reduce_scatter", t, S) == pytest.approx(phase + inter_rs, rel=1e-12)
+    assert time_of(spec, "all_gather", t, S) == pytest.approx(inter_rs + phase, rel=1e-12)
+    assert time_of(spec, "all_reduce", t, S) == pytest.approx(2 * phase + 2 * inter_rs, rel=1e-12)
+    root_hop = 2 * a1 + (L - 1) * S / (L * B1) + out + (D - 1) * S / (N * B2)    # root's scatter / gather
+    for root in (0, 7):
+        want = root_hop + inter_rs + phase
+        assert time_of(spec, "broadcast", t, S, root=root) == pytest.approx(want, rel=1e-12)
+        assert time_of(spec, "reduce", t, S, root=root) == pytest.approx(want, rel=1e-12)
+
+
+def test_ring_channels_use_both_directions():
+    """C rings alternating direction on a ring (full_mesh) scale-up: an intra step costs
+    a + max(links' sharers) P/(C B): halved by 2 channels, 2P/(3B) with 3 (two share a direction);
+    unchanged on a switch, where both directions of a step leave through the one uplink."""
+    L, D, a1, a2, B1, B2 = 4, 3, 150e-9, 900e-9, 400e9, 50e9
+    N, out = D * L, 4 * a2
+    S = N * 4 * 6 * 1024
+    inter = 2 * (D - 1) * (out + S / (N * B2))
+    for up, hop in (("ring", a1), ("full_mesh", a1), ("switch", 2 * a1)):
+        t = topo(D, L, up=up, up_bw=B1, up_lat=a1, out_bw=B2, out_lat=a2)
+        for C_, share in ((1, 1), (2, 1), (3, 2)):
+            per_step = S / (L * B1) * (1 if up == "switch" else share / C_)
+            want = 2 * (L - 1) * (hop + per_step) + inter
+            got = time_of(f"hierarchical:intra=ring:channels={C_}", "all_reduce", t, S)
+            assert got == pytest.approx(want, rel=1e-12), (up, C_)
+        if up != "switch":      # the default takes two channels: the intra bandwidth term halves
+            default = time_of("hierarchical", "all_reduce", t, S)
+            assert default == pytest.approx(2 * (L - 1) * (hop + S / (2 * L * B1)) + inter, rel=1e-12)
+            rs = time_of("hierarchical", "reduce_scatter", t, S)
+            want = (L - 1) * (hop + S / (2 * L * B1)) + (D - 1) * (out + S / (N * B2))
+            assert rs == pytest.approx(want, rel=1e-12)
+
+
+def test_auto_is_the_faster_of_ring_and_in_switch():
+    """On the 128-rank reducing fabric: the pipelined in-switch phases now lose to the ring only by
+    their fill at zero latency (218.73 against 218.97 GB/s at 1 GiB, was 204.84), so auto keeps the
+    ring there; with 500 ns hops auto takes the in-switch phases at 256 B (one latency step per
+    wave, (Q+1) h, against 2(L-1) h) and the ring at 1 GiB (64 waves of h cost more than 14 h)."""
+    zero = build_hierarchical("tt", "switch", 8, 400e9, 0.0, True, "fat_tree", 16, 50e9, 0.0)
+    assert busbw("hierarchical:intra=in_switch", "all_reduce", zero, GiB) == pytest.approx(218.73, rel=1e-4)
+    kinds = ("auto", "ring", "in_switch")
+    for size in (256, GiB):
+        ring = busbw("hierarchical:intra=ring", "all_reduce", zero, size)
+        assert busbw("hierarchical", "all_reduce", zero, size) == ring
+    slow = build_hierarchical("tt", "switch", 8, 400e9, 500e-9, True, "fat_tree", 16, 50e9, 500e-9)
+    small = {x: time_of(f"hierarchical:intra={x}", "all_reduce", slow, 256) for x in kinds}
+    assert small["auto"] == small["in_switch"] < small["ring"] - 11.9e-6     # 62.0 us against 74.0 us
+    for topo_ in (zero, slow, topo(3, 4, up_lat=100e-9, reduce=True, out_lat=300e-9)):
+        for size in (256, 64 << 10, 1 << 20, 16 << 20, GiB):
+            for coll in ("all_reduce", "reduce_scatter", "all_gather", "broadcast"):
+                ts = [time_of(f"hierarchical:intra={x}", coll, topo_, size) for x in kinds]
+                assert ts[0] == min(ts[1:]), (coll, size, ts)
 
 
 # ------------------------------------------------------------------------------------- fabrics
