@@ -9,3 +9,6 @@ from __future__ import annotations
 import numba
 
 njit = numba.njit(cache=True, nogil=True)
+
+# small helpers of hot loops: inlined into their caller at Numba IR level (no call, no refcounts)
+njit_inline = numba.njit(cache=True, nogil=True, inline="always")

@@ -21,8 +21,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..jit import njit
-from ..schedule import (DEP_ALL, DEP_COL, DEP_ROW, DEP_SHIFT, F_C3, F_DST, F_ID, F_IL, F_N, F_NRUN, F_SCH,
-                        F_SRC, Schedule)
+from ..schedule import (
+    DEP_COL,
+    DEP_ROW,
+    DEP_SHIFT,
+    F_C3,
+    F_DST,
+    F_ID,
+    F_IL,
+    F_N,
+    F_NRUN,
+    F_SCH,
+    F_SRC,
+    Schedule,
+)
 from ..symmetry import equivariant, link_orbits
 from ..topology import Topology, route_kernel
 
@@ -34,6 +46,7 @@ class Timing:
     time: np.ndarray          # float64[S] seconds: the collective's completion time per size
     link_bytes: np.ndarray    # float64[nlinks, S] bytes each link carried (zeros unless asked for)
     transfers: int            # transfers the schedule stands for
+    stats: dict | None = None  # engine counters per size (the packet engine's events, queues, ...)
 
 
 @njit
@@ -140,8 +153,7 @@ def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, group_ptr, o
                         base = r * S
                         for s in range(S):
                             v = pool[base + s]
-                            if v > start[s]:
-                                start[s] = v
+                            start[s] = max(start[s], v)
                     h = route_kernel(params, _aff(row, F_SRC, F_C3, i, j), _aff(row, F_DST, F_C3 + 1, i, j), links)
                     lat = 0.0
                     inv = 0.0
@@ -149,16 +161,14 @@ def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, group_ptr, o
                         lk = links[k]
                         lat += link_lat[lk]
                         x = cnt[lk] / link_bw[lk]
-                        if x > inv:
-                            inv = x
+                        inv = max(inv, x)
                     c = _aff(row, F_SCH, F_C3 + 2, i, j)
                     base = (offset[t] + i * nl + j) * S
                     for s in range(S):
                         nb = nrun * (prefix[s, c + nch] - prefix[s, c])
                         f = start[s] + lat + nb * inv
                         pool[base + s] = f
-                        if f > gmax[s]:
-                            gmax[s] = f
+                        gmax[s] = max(gmax[s], f)
                         if want_links:
                             for k in range(h):
                                 link_bytes[links[k], s] += nb
@@ -170,12 +180,9 @@ def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, group_ptr, o
                         for s in range(S):
                             v = pool[src + s]
                             ri, ci, ai = (b0 + i) * S + s, (b0 + nd + j) * S + s, (b0 + nd + nl) * S + s
-                            if v > pool[ri]:
-                                pool[ri] = v
-                            if v > pool[ci]:
-                                pool[ci] = v
-                            if v > pool[ai]:
-                                pool[ai] = v
+                            pool[ri] = max(pool[ri], v)
+                            pool[ci] = max(pool[ci], v)
+                            pool[ai] = max(pool[ai], v)
         for k in range(ntouched):
             cnt[touched[k]] = 0
     return gmax, link_bytes
@@ -213,18 +220,15 @@ def symmetric_kernel(tmpl, dep_ptr, dep_t, group_ptr, params, link_bw, link_lat,
                 lk = links[k]
                 lat += link_lat[lk]
                 x = hops[orbit[lk]] / orbit_size[orbit[lk]] / link_bw[lk]
-                if x > inv:
-                    inv = x
+                inv = max(inv, x)
             for s in range(S):
                 start = 0.0
                 for e in range(dep_ptr[t], dep_ptr[t + 1]):
                     v = fin[dep_t[e], s]
-                    if v > start:
-                        start = v
+                    start = max(start, v)
                 f = start + lat + nbytes[t, s] * inv
                 fin[t, s] = f
-                if f > gmax[s]:
-                    gmax[s] = f
+                gmax[s] = max(gmax[s], f)
                 if want_links:
                     for k in range(h):
                         orbit_bytes[orbit[links[k]], s] += nbytes[t, s] * row[F_ID] * row[F_IL]

@@ -1,0 +1,245 @@
+"""The packet engine: a discrete-event simulation of packets over the same schedules.
+
+``prepare`` turns a schedule, a topology and one size into the flat arrays the kernel reads
+(the explicit transfers, their routes, packet counts, in-switch reduction jobs, link and
+switch parameters in integer picoseconds); ``run`` estimates the cost of each point, refuses
+points over the memory budget, runs ``packet_kernel`` and returns the same ``Timing`` as the
+analytic engine, plus the packet engine's counters. docs/packet.md describes the model.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import ConfigError, InternalError
+from ..expand import expand
+from ..jit import njit
+from ..schedule import F_KIND, F_N, F_NRUN, PUT_REDUCE, Schedule
+from ..topology import Topology, route_kernel
+from . import packet_kernel as K
+from .analytic import Timing
+
+DEFAULT_BUDGET = 4 << 30          # bytes of memory one point may use
+STAT_NAMES = ("events", "peak_queue_bytes", "table_peak_entries", "table_stall_us", "busiest_link_util")
+
+
+@njit
+def routes_kernel(params, src, dst, max_hops):
+    """Path CSR (ptr, links) of every (src, dst) pair."""
+    X = len(src)
+    ptr = np.zeros(X + 1, np.int64)
+    links = np.empty(X * max_hops, np.int64)
+    out = np.empty(max_hops, np.int64)
+    for x in range(X):
+        h = route_kernel(params, src[x], dst[x], out)
+        for k in range(h):
+            links[ptr[x] + k] = out[k]
+        ptr[x + 1] = ptr[x] + h
+    return ptr, links[: ptr[X]]
+
+
+@dataclass
+class PacketProblem:
+    """Everything packet_kernel needs for one (schedule, topology, size)."""
+
+    xt: np.ndarray
+    path_links: np.ndarray
+    child_ptr: np.ndarray
+    child_idx: np.ndarray
+    ndeps: np.ndarray
+    jobs: np.ndarray
+    job_fan_ptr: np.ndarray
+    job_fan_idx: np.ndarray
+    job_pk_ptr: np.ndarray
+    link_ser: np.ndarray
+    link_lat: np.ndarray
+    link_buf: np.ndarray
+    link_cut: np.ndarray
+    node_table: np.ndarray
+    nranks: int
+    engines: int
+    issue_ps: int
+    reduce_ser: int
+    wsh: int
+    nbuckets: int
+    explicit: dict = field(default_factory=dict)
+
+    def args(self, want_trace: bool):
+        return (self.xt, self.path_links, self.child_ptr, self.child_idx, self.ndeps, self.jobs, self.job_fan_ptr,
+                self.job_fan_idx, self.job_pk_ptr, self.link_ser, self.link_lat, self.link_buf, self.link_cut,
+                self.node_table, self.nranks, self.engines, self.issue_ps, self.reduce_ser, self.wsh,
+                self.nbuckets, want_trace)
+
+    @property
+    def packets(self) -> int:
+        return int(self.xt[:, K.X_NPK].sum())
+
+    def estimate(self) -> tuple[int, int]:
+        """(events, bytes of memory) this point will take, roughly: 2 events per packet per hop."""
+        hops = np.maximum(self.xt[:, K.X_PLEN], 1)
+        events = int(2 * (self.xt[:, K.X_NPK] * hops).sum())
+        X = len(self.xt)
+        nbytes = 8 * (X * (K.NX + 12) + len(self.path_links) + len(self.child_idx) + 2 * self.job_pk_ptr[-1]
+                      + 16 * len(self.link_ser)) + 8 * 6 * min(self.packets, 4 * X + 4096)
+        return events, nbytes
+
+
+def _ps(seconds) -> np.ndarray:
+    return np.rint(np.asarray(seconds, np.float64) * 1e12).astype(np.int64)
+
+
+def _per_byte(bandwidth) -> np.ndarray:
+    """Picoseconds per byte in fixed point (<< FIX)."""
+    return np.rint(1e12 / np.asarray(bandwidth, np.float64) * (1 << K.FIX)).astype(np.int64)
+
+
+def _jobs(src, dst, npk, dptr, didx, n):
+    """Fuse 'contributions into a switch, then the switch sends the result' into packet-level jobs.
+
+    A switch-sourced transfer m whose dependencies include transfers into that switch of as many
+    packets is driven by a job: packet k of m leaves as soon as packet k of every contribution is in.
+    Returns (job of each transfer, fused flag, jobs[j] = (switch, contributions), fan-out CSR).
+    """
+    X = len(src)
+    job_of = np.full(X, -1, np.int64)
+    fused = np.zeros(X, np.int64)
+    groups: dict[bytes, list] = {}
+    contrib_of: dict[bytes, np.ndarray] = {}
+    for m in np.nonzero(src >= n)[0]:
+        deps = didx[dptr[m]:dptr[m + 1]]
+        c = np.unique(deps[dst[deps] == src[m]])
+        if len(c) == 0 or npk[m] == 0 or np.any(npk[c] != npk[m]):
+            continue
+        key = int(src[m]).to_bytes(8, "little") + c.tobytes()
+        groups.setdefault(key, []).append(m)
+        contrib_of[key] = c
+    owner = {}
+    bad = set()
+    for key, c in contrib_of.items():
+        for x in c.tolist():
+            if x in owner and owner[x] != key:
+                bad.update((key, owner[x]))
+            owner[x] = key
+    jobs, fan_ptr, fan_idx = [], [0], []
+    for key, ms in groups.items():
+        if key in bad:
+            continue
+        j = len(jobs)
+        c = contrib_of[key]
+        job_of[c] = j
+        fused[ms] = 1
+        jobs.append((int(src[ms[0]]), len(c)))
+        fan_idx.extend(ms)
+        fan_ptr.append(len(fan_idx))
+    return (job_of, fused, np.asarray(jobs, np.int64).reshape(-1, 2), np.asarray(fan_ptr, np.int64),
+            np.asarray(fan_idx, np.int64))
+
+
+def prepare(schedule: Schedule, topo: Topology, block_elems: int, dtype_size: int) -> PacketProblem:
+    s, n = schedule, topo.nranks
+    ex = expand(s)
+    t = ex["tmpl"]
+    src, dst = ex["src"], ex["dst"]
+    offsets = s.layout.offsets(int(block_elems)) * dtype_size
+    nch, nrun = s.tmpl[t, F_N], s.tmpl[t, F_NRUN]
+    nbytes = nrun * (offsets[ex["schunk"] + nch] - offsets[ex["schunk"]])
+    ptr, links = routes_kernel(topo.params, src, dst, topo.max_hops)
+    plen = np.diff(ptr)
+    link_mtu = np.array([tier.packet.mtu for tier in topo.tiers], np.int64)[topo.link_tier]
+    mtu = np.full(len(src), link_mtu.max(), np.int64)           # the smallest MTU along the path
+    if len(links):
+        mtu[plen > 0] = np.minimum.reduceat(link_mtu[links], ptr[:-1][plen > 0])
+    npk = -(-nbytes // mtu)
+    last = nbytes - (npk - 1) * mtu
+    dptr, didx = ex["dptr"], ex["didx"]
+    job_of, fused, jobs, fan_ptr, fan_idx = _jobs(src, dst, npk, dptr, didx, n)
+    xt = np.zeros((len(src), K.NX), np.int64)
+    xt[:, K.X_SRC], xt[:, K.X_DST], xt[:, K.X_NPK] = src, dst, npk
+    xt[:, K.X_PKB], xt[:, K.X_LASTB] = np.minimum(mtu, nbytes), last
+    xt[:, K.X_PATH], xt[:, K.X_PLEN] = ptr[:-1], plen
+    xt[:, K.X_JOB], xt[:, K.X_FUSED] = job_of, fused
+    xt[:, K.X_REDUCE] = s.tmpl[t, F_KIND] == PUT_REDUCE
+    xt[:, K.X_RANKSRC] = src < n
+    consumer = np.repeat(np.arange(len(src)), np.diff(dptr))
+    order = np.argsort(didx, kind="stable")
+    child_idx = consumer[order]
+    child_ptr = np.searchsorted(didx[order], np.arange(len(src) + 1)).astype(np.int64)
+    # links and switches
+    tiers = topo.tiers
+    is_switch = np.arange(topo.nnodes) >= n
+    node_tier = topo.node_tier.astype(np.int64)
+    sw_lat = np.array([tr.packet.switch_latency for tr in tiers])
+    sw_buf = np.array([tr.packet.switch_buffer for tr in tiers], np.int64)
+    sw_cut = np.array([tr.packet.switching == "cut_through" for tr in tiers])
+    sw_tab = np.array([tr.packet.reduction_table_entries for tr in tiers], np.int64)
+    head, tail = topo.link_dst.astype(np.int64), topo.link_src.astype(np.int64)
+    link_lat = _ps(topo.link_lat + np.where(is_switch[head], sw_lat[node_tier[head]], 0.0))
+    link_buf = np.where(is_switch[tail], sw_buf[node_tier[tail]], np.int64(1) << 62)
+    link_cut = is_switch[head] & sw_cut[node_tier[head]]
+    node_table = np.where(is_switch, sw_tab[node_tier], 0).astype(np.int64)
+    link_ser = _per_byte(topo.link_bw)
+    ep = topo.endpoint
+    issue_ps = int(_ps(ep.issue_overhead))
+    reduce_ser = int(_per_byte(ep.reduction_bandwidth)) if ep.reduction_bandwidth > 0 else 0
+    # calendar: bucket width at most the time of a full packet on the fastest link
+    max_pk = int(mtu.max()) if len(mtu) else 1
+    ser_full = (link_mtu * link_ser) >> K.FIX
+    wsh = int(np.clip(np.floor(np.log2(max(int(ser_full.min()), 1))), 4, 21))
+    max_delay = 2 * int((max_pk * link_ser.max()) >> K.FIX) + int(link_lat.max()) + issue_ps \
+        + ((max_pk * reduce_ser) >> K.FIX) + 1
+    nbuckets = 1 << int(np.ceil(np.log2((max_delay >> wsh) + 3)))
+    return PacketProblem(
+        xt=xt, path_links=links.astype(np.int64), child_ptr=child_ptr, child_idx=child_idx.astype(np.int64),
+        ndeps=np.diff(dptr).astype(np.int64), jobs=jobs, job_fan_ptr=fan_ptr, job_fan_idx=fan_idx,
+        job_pk_ptr=np.concatenate([[0], np.cumsum(npk[fan_idx[fan_ptr[:-1]]] if len(jobs) else [])]).astype(np.int64),
+        link_ser=link_ser, link_lat=link_lat, link_buf=link_buf.astype(np.int64), link_cut=link_cut,
+        node_table=node_table, nranks=n, engines=int(ep.message_engines or (1 << 40)), issue_ps=issue_ps,
+        reduce_ser=reduce_ser, wsh=wsh, nbuckets=nbuckets, explicit=ex)
+
+
+@dataclass
+class PacketRun:
+    """One simulated point: times in seconds, counters, and what a trace needs."""
+
+    time: float
+    finish: np.ndarray
+    start: np.ndarray
+    link_busy: np.ndarray
+    stats: dict
+    trace: np.ndarray
+    problem: PacketProblem
+
+
+def simulate(problem: PacketProblem, budget: int = DEFAULT_BUDGET, want_trace: bool = False) -> PacketRun:
+    events, mem = problem.estimate()
+    if mem > budget:
+        raise ConfigError(f"--engine packet: this point needs about {mem / 2**30:.1f} GiB ({events:.3g} events), "
+                          f"over the {budget / 2**30:.1f} GiB budget; use a larger mtu (e.g. --set mtu=64K) "
+                          f"or a smaller size")
+    finish, start, busy, stats, trace = K.packet_kernel(*problem.args(want_trace))
+    if stats[K.S_UNFINISHED]:
+        raise InternalError(f"packet engine: {stats[K.S_UNFINISHED]} transfers never finished (deadlock)")
+    done = int(finish.max()) if len(finish) else 0
+    util = float(busy.max() / done) if done else 0.0
+    named = {"events": int(stats[K.S_EVENTS]), "peak_queue_bytes": int(stats[K.S_PEAK_QUEUE]),
+             "table_peak_entries": int(stats[K.S_TABLE_PEAK]), "table_stall_us": stats[K.S_TABLE_STALL] / 1e6,
+             "busiest_link_util": util}
+    return PacketRun(time=done / 1e12, finish=finish, start=start, link_busy=busy / 1e12, stats=named,
+                     trace=trace, problem=problem)
+
+
+def run(schedule: Schedule, topo: Topology, block_elems, dtype_size: int, want_links: bool = False,
+        budget: int = DEFAULT_BUDGET) -> Timing:
+    """The packet engine behind the analytic engine's interface: one simulation per size."""
+    block_elems = np.atleast_1d(np.asarray(block_elems, np.int64))
+    times = np.zeros(len(block_elems))
+    stats = {name: np.zeros(len(block_elems)) for name in STAT_NAMES}
+    for i, e in enumerate(block_elems):
+        r = simulate(prepare(schedule, topo, int(e), dtype_size), budget)
+        times[i] = r.time
+        for name in STAT_NAMES:
+            stats[name][i] = r.stats[name]
+    return Timing(time=times, link_bytes=np.zeros((0, len(block_elems))), transfers=schedule.ntransfers,
+                  stats=stats)
