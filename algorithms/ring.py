@@ -5,7 +5,9 @@ Each channel is its own ring over 1/C of the data; channel c runs clockwise
 when c is even and counter-clockwise when odd, so two channels use both
 directions of a bidirectional link. Each step's piece is cut into P chunks
 that a channel sends in order; chunk p of step s leaves rank r once chunk p
-of step s-1 has arrived there (the pipeline).
+of step s-1 has arrived there (the pipeline). Wave w groups chunk p of step
+w - p for every p: those leave a rank at the same time and share its link,
+so a pipelined ring pays (2(N-1) + P - 1) alphas and the same bandwidth term.
 
 Broadcast and Reduce are a pipelined chain from (to) the root.
 
@@ -67,25 +69,28 @@ class Ring(Algorithm):
         b = ScheduleBuilder(coll, self.label, n, (1, n), layout)
         phases = {C.ALL_REDUCE: ("rs", "ag"), C.REDUCE_SCATTER: ("rs",), C.ALL_GATHER: ("ag",)}[coll]
         steps = [(ph, s) for ph in phases for s in range(n - 1)]
-        prev: dict[tuple[int, int], int] = {}    # (channel, chunk) -> template of the step before
-        last: dict[int, int] = {}                # channel -> its latest template
-        for s_idx, (ph, s) in enumerate(steps):
+        tid: dict[tuple[int, int, int], int] = {}   # (step index, chunk, channel) -> template
+        for w in range(len(steps) + P - 1):         # wave w: chunk p of step w - p, for every p
+            g = b.next_group()
             for p in range(P):
-                g = b.next_group()
+                s_idx = w - p
+                if not 0 <= s_idx < len(steps):
+                    continue
+                ph, s = steps[s_idx]
                 for c in range(chans):
                     d = 1 if c % 2 == 0 else -1
                     offset = -d * (s + 1) if ph == "rs" else -d * s     # block sent by rank j: (j + offset) mod n
                     chunk = rot(1, offset, n, weight=k, base=c * P + p)
                     deps = []
-                    if (c, p) in prev:
-                        deps.append((prev[(c, p)], 0, 0, -d))         # the chunk arrived from my upstream
-                        deps.append(prev[(c, p)])                      # my own previous send of it (in order)
+                    if s_idx > 0:
+                        up = tid[(s_idx - 1, p, c)]
+                        deps.append((up, 0, 0, -d))                    # the chunk arrived from my upstream
+                        deps.append(up)                                # my own previous send of it
                     if p > 0:
-                        deps.append(last[c])                           # the channel sends its chunks in order
-                    t = b.op(src=rank_of(1, n), dst=rank_of(1, n, 0, d), schunk=chunk, group=g, inst=(1, n),
-                             kind=PUT_REDUCE if ph == "rs" else PUT, chan=c, deps=deps)
-                    prev[(c, p)] = t
-                    last[c] = t
+                        deps.append(tid[(s_idx, p - 1, c)])            # the channel sends a step's chunks in order
+                    tid[(s_idx, p, c)] = b.op(src=rank_of(1, n), dst=rank_of(1, n, 0, d), schunk=chunk, group=g,
+                                              inst=(1, n), kind=PUT_REDUCE if ph == "rs" else PUT, chan=c,
+                                              deps=deps)
         return b.build()
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hcclsim import collectives as C
-from hcclsim.algorithm import Problem, load_all
+from hcclsim.algorithm import Problem, load_all, parse_spec
 from hcclsim.checker import check
 from hcclsim.engine import analytic
 from hcclsim.topology import build_flat, build_hierarchical
@@ -30,9 +30,16 @@ def topologies():
     ]
 
 
+# non-default options that change a schedule's structure (pipelining, channels, inner algorithms)
+VARIANTS = ["ring:chunks=3", "ring:channels=3:chunks=2", "tree:chunks=3", "in_switch:chunks=3", "direct:chunks=2",
+            "direct_twoshot:chunks=2", "hierarchical:chunks=2", "hierarchical:intra=direct:inter=direct"]
+
+
 def _cases():
     for topo in topologies():
-        for name, cls in load_all().items():
+        specs = [(name, cls) for name, cls in load_all().items()]
+        specs += [(v, load_all().get(v.split(":")[0])) for v in VARIANTS]
+        for name, cls in specs:
             for coll in cls.collectives:
                 yield pytest.param(topo, name, coll, id=f"{topo.name}-{name}-{coll}")
 
@@ -41,7 +48,7 @@ CASES = list(_cases())
 
 
 def _compile(topo, name, coll, size, root=0):
-    algo = load_all().get(name)()
+    algo = parse_spec(name)
     problem = Problem(coll, topo, root)
     why = algo.unsupported(problem)
     if why:
@@ -72,7 +79,7 @@ def test_time_grows_with_size_and_busbw_stays_under_the_links(topo, name, coll):
     assert np.all(np.diff(t) >= -1e-15), t
     assert np.all(t > 0)
     inject = max(topo.link_bw[topo.link_src == r].sum() for r in range(topo.nranks))
-    bound = inject * (2 if name == "in_switch" else 1)
+    bound = inject * (2 if name.startswith("in_switch") else 1)
     for size, secs in zip(SIZES[1:], t[1:]):
         sz = C.sizing(coll, size, 4, topo.nranks)
         busbw = sz.size_bytes / secs * C.busbw_factor(coll, topo.nranks)

@@ -75,3 +75,13 @@ def test_broadcast_chain_pipelines():
     t = time_of("ring:chunks=16", "broadcast", topo, size)
     assert t == pytest.approx((8 - 2 + 16) * size / 16 / 50e9, rel=1e-9)
     assert C.busbw_factor("broadcast", 8) == 1.0
+
+
+@pytest.mark.parametrize("P", [2, 4, 7])
+def test_pipelined_ring_pays_an_alpha_per_wave_and_no_extra_bandwidth(switch8, P):
+    n, size = 8, 8 * 4 * 1024 * 21
+    alpha, beta = 2 * 500e-9, size / (n * 50e9)
+    assert time_of(f"ring:chunks={P}", "all_reduce", switch8, size) == pytest.approx(
+        (2 * (n - 1) + P - 1) * alpha + 2 * (n - 1) * beta, rel=1e-12)
+    assert time_of(f"ring:chunks={P}", "reduce_scatter", switch8, size) == pytest.approx(
+        ((n - 1) + P - 1) * alpha + (n - 1) * beta, rel=1e-12)
