@@ -66,23 +66,40 @@ def _console(file=None) -> Console:
 
 
 def render_table(df: pd.DataFrame, file=None) -> None:
-    """One nccl-tests-like block per (collective, algorithm), then the best algorithm per size."""
+    """One nccl-tests-like block per (collective, algorithm) -- engines side by side when there are
+    several -- then the fastest algorithm per size (by the last engine listed)."""
     con = _console(file)
+    engines = list(dict.fromkeys(df["engine"]))
     for (coll, algo), part in df.groupby(["collective", "algorithm"], sort=False):
         first = part.iloc[0]
-        t = Table(title=f"{coll} · {algo} · {first.topology} ({first.ranks} ranks) · {first.engine}",
+        t = Table(title=f"{coll} · {algo} · {first.topology} ({first.ranks} ranks) · {' vs '.join(engines)}",
                   title_justify="left", box=None, header_style="bold")
-        for col in ("size (B)", "count (elems)", "type", "root", "time (us)", "algbw (GB/s)", "busbw (GB/s)"):
+        for col in ("size (B)", "count (elems)", "type", "root"):
             t.add_column(col, justify="right")
-        for row in part.itertuples(index=False):
-            t.add_row(str(row.size_bytes), str(row.count), row.dtype, str(row.root), f"{row.time_us:.2f}",
-                      f"{row.algbw_GBps:.2f}", f"{row.busbw_GBps:.2f}")
+        many = len(engines) > 1
+        for e in engines:
+            suffix = f" {e}" if many else ""
+            for col in ("time (us)", "algbw (GB/s)", "busbw (GB/s)"):
+                t.add_column(col + suffix, justify="right")
+        if many:
+            t.add_column("ratio", justify="right")
+        by_engine = {e: part[part.engine == e].reset_index(drop=True) for e in engines}
+        base = by_engine[engines[0]]
+        for i, row in enumerate(base.itertuples(index=False)):
+            cells = [str(row.size_bytes), str(row.count), row.dtype, str(row.root)]
+            for e in engines:
+                r = by_engine[e].iloc[i]
+                cells += [f"{r.time_us:.2f}", f"{r.algbw_GBps:.2f}", f"{r.busbw_GBps:.2f}"]
+            if many:
+                cells.append(f"{by_engine[engines[-1]].iloc[i].time_us / row.time_us:.3f}" if row.time_us else "-")
+            t.add_row(*cells)
         con.print(t)
         con.print()
-    if df["algorithm"].nunique() > 1:
-        for coll, part in df.groupby("collective", sort=False):
+    last = df[df.engine == engines[-1]]
+    if last["algorithm"].nunique() > 1:
+        for coll, part in last.groupby("collective", sort=False):
             best = part.loc[part.groupby("size_bytes", sort=True)["time_us"].idxmin()]
-            t = Table(title=f"{coll} · fastest algorithm per size", title_justify="left", box=None,
+            t = Table(title=f"{coll} · fastest algorithm per size ({engines[-1]})", title_justify="left", box=None,
                       header_style="bold")
             for col in ("size (B)", "algorithm", "time (us)", "busbw (GB/s)", "runner-up", "margin"):
                 t.add_column(col, justify="right")

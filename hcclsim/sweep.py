@@ -14,14 +14,27 @@ import pandas as pd
 
 from . import collectives as C
 from .algorithm import ALGORITHMS, Algorithm, Problem, load_all, parse_spec
-from .engine import analytic
+from .engine import analytic, packet
 from .errors import ConfigError, UnsupportedError
 from .topology import Topology
 from .units import DTYPE_SIZE, parse_dtype
 
 COLUMNS = ["collective", "algorithm", "topology", "ranks", "engine", "size_bytes", "count", "dtype", "root",
            "time_us", "algbw_GBps", "busbw_GBps"]
-ENGINES = ("analytic",)
+ENGINES = {"analytic": analytic.run, "packet": packet.run}
+STAT_COLUMNS = list(packet.STAT_NAMES)
+
+
+def parse_engines(spec) -> list[str]:
+    """'analytic', 'packet' or 'analytic,packet' (or a list) -> engine names in order."""
+    names = [e.strip() for e in (spec.split(",") if isinstance(spec, str) else spec) if e.strip()]
+    for name in names:
+        if name not in ENGINES:
+            raise ConfigError(f"--engine: unknown engine {name!r}; expected one or more of: {', '.join(ENGINES)} "
+                              f"(comma-separated)")
+    if not names or len(set(names)) != len(names):
+        raise ConfigError(f"--engine: expected engine names without repeats, got {spec!r}")
+    return names
 
 
 def size_grid(b: int, e: int, f: int) -> list[int]:
@@ -60,27 +73,35 @@ def metrics(collective: str, n: int, size_bytes: np.ndarray, seconds: np.ndarray
     return {"time_us": seconds * 1e6, "algbw_GBps": algbw, "busbw_GBps": algbw * C.busbw_factor(collective, n)}
 
 
-def time_algorithm(algo: Algorithm, problem: Problem, sizes: list[int], dtype: str):
-    """(Sizing per size, seconds per size) for one algorithm; compiles once per structure key."""
+def time_algorithm(algo: Algorithm, problem: Problem, sizes: list[int], dtype: str, engines=("analytic",)):
+    """(Sizing per size, {engine: (seconds per size, stats per size or None)}) for one algorithm.
+
+    Compiles once per structure key; every engine times the same schedules."""
     ws = DTYPE_SIZE[dtype]
     n = problem.nranks
     sizings = [C.sizing(problem.collective, s, ws, n) for s in sizes]
     keys = [algo.structure_key(problem, sz, ws) for sz in sizings]
-    seconds = np.zeros(len(sizes))
+    out = {e: (np.zeros(len(sizes)), {c: np.full(len(sizes), np.nan) for c in STAT_COLUMNS}) for e in engines}
     for key in dict.fromkeys(keys):
         idx = [i for i, k in enumerate(keys) if k == key]
         schedule = algo.compile(problem, key)
-        timing = analytic.run(schedule, problem.topology, [sizings[i].block_elems for i in idx], ws)
-        seconds[idx] = timing.time
-    return sizings, seconds
+        for engine in engines:
+            timing = ENGINES[engine](schedule, problem.topology, [sizings[i].block_elems for i in idx], ws)
+            out[engine][0][idx] = timing.time
+            for name, values in (timing.stats or {}).items():
+                out[engine][1][name][idx] = values
+    return sizings, out
 
 
 def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "all", sizes=(1 << 20,),
-          dtype: str = "float32", root: int = 0, engine: str = "analytic", on_row=None) -> SweepResult:
-    """Run the grid; returns rows in a stable order (collective, algorithm as listed, size ascending)."""
+          dtype: str = "float32", root: int = 0, engine="analytic", stats: bool = False,
+          on_row=None) -> SweepResult:
+    """Run the grid; rows in a stable order (collective, algorithm as listed, engine as listed, size).
+
+    engine: 'analytic', 'packet', 'analytic,packet' or a list; stats adds the engines' counters
+    (STAT_COLUMNS; empty for the analytic engine)."""
     dtype = parse_dtype(dtype)
-    if engine not in ENGINES:
-        raise ConfigError(f"--engine: unknown engine {engine!r}; expected one of: {', '.join(ENGINES)}")
+    engines = parse_engines(engine)
     if not 0 <= root < topology.nranks:
         raise ConfigError(f"--root: expected a rank in 0..{topology.nranks - 1}, got {root}")
     sizes = sorted(set(int(s) for s in sizes))
@@ -99,17 +120,19 @@ def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "al
             raise UnsupportedError(f"--algorithm: {algos[0].label} cannot run {coll} on {topology.name}: "
                                    f"{skipped[-1][2]}")
         for algo in runnable:
-            sizings, seconds = time_algorithm(algo, problem, sizes, dtype)
+            sizings, timed = time_algorithm(algo, problem, sizes, dtype, engines)
             size_bytes = np.array([s.size_bytes for s in sizings], np.float64)
-            frame = pd.DataFrame({
-                "collective": coll, "algorithm": algo.label, "topology": topology.name, "ranks": topology.nranks,
-                "engine": engine, "size_bytes": size_bytes.astype(np.int64),
-                "count": [s.count for s in sizings], "dtype": dtype,
-                "root": root if coll in (C.BROADCAST, C.REDUCE) else -1,
-                **metrics(coll, topology.nranks, size_bytes, seconds)})
-            frames.append(frame[COLUMNS])
-            if on_row:
-                on_row(frame)
+            for engine_name, (seconds, counters) in timed.items():
+                frame = pd.DataFrame({
+                    "collective": coll, "algorithm": algo.label, "topology": topology.name,
+                    "ranks": topology.nranks, "engine": engine_name, "size_bytes": size_bytes.astype(np.int64),
+                    "count": [s.count for s in sizings], "dtype": dtype,
+                    "root": root if coll in (C.BROADCAST, C.REDUCE) else -1,
+                    **metrics(coll, topology.nranks, size_bytes, seconds), **(counters if stats else {})})
+                frame = frame[COLUMNS + (STAT_COLUMNS if stats else [])]
+                frames.append(frame)
+                if on_row:
+                    on_row(frame)
     if not frames:
         reasons = "; ".join(f"{a}: {w}" for _, a, w in skipped) or "nothing to run"
         raise UnsupportedError(f"no algorithm can run on {topology.name}: {reasons}")

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 import hcclsim.commands.sweep as sweep_module
 from hcclsim.cli import cli, main
 from hcclsim.config import ENDPOINT_KEYS, FLAT_KEYS, HIER_KEYS, OUT_KEYS, UP_KEYS, load_topology
-from hcclsim.sweep import COLUMNS, sweep
+from hcclsim.sweep import COLUMNS, STAT_COLUMNS, sweep
 
 HEADER = "collective,algorithm,topology,ranks,engine,size_bytes,count,dtype,root,time_us,algbw_GBps,busbw_GBps"
 # sweep -t switch8 -a ring -e 4K -f 16: sizes 16, 256, 4096 (default -b 16).
@@ -205,7 +205,9 @@ ERRORS = [
     ([*SWEEP, "-o", "/nonexistent-dir/x.csv"], ["-o/--output: cannot write '/nonexistent-dir/x.csv'"]),
     ([*SWEEP, "-d", "float33"], ["--dtype: unknown dtype 'float33' (did you mean 'float32'?)"]),
     ([*SWEEP, "-r", "8"], ["--root: expected a rank in 0..7, got 8"]),
-    ([*SWEEP, "--engine", "warp"], ["Invalid value for '--engine': 'warp' is not"]),
+    ([*SWEEP, "--engine", "warp"], ["--engine: unknown engine 'warp'; expected one or more of: analytic, packet"]),
+    ([*SWEEP, "--engine", "packet,packet"], ["--engine: expected engine names without repeats"]),
+    ([*SWEEP, "--trace", "x.txt"], ["--trace: expected a file ending in .json, got 'x.txt'"]),
     ([*SWEEP, "--format", "xml"], ["'--format'"]),
     ([*SWEEP, "--bogus"], ["No such option '--bogus'"]),
     (["bogus"], ["No such command 'bogus'"]),
@@ -306,7 +308,7 @@ def test_docs_list_every_key_and_flag():
         assert f"| `{key}` |" in text, key
     for table in tables:
         assert f"`[topology.{table}]`" in text
-    for column in COLUMNS:
+    for column in COLUMNS + STAT_COLUMNS:
         assert f"| `{column}` |" in text, column
     for param in sweep_module.sweep_cmd.params:
         for flag in param.opts:

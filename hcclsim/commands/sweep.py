@@ -10,7 +10,8 @@ from .. import collectives as C
 from ..config import DEFAULT_PRESET, load_topology
 from ..errors import ConfigError
 from ..report import FORMATS, output_format, render_table, to_csv, to_json, write
-from ..sweep import ENGINES, size_grid, sweep
+from ..sweep import parse_engines, size_grid, sweep
+from ..trace import write_trace
 from ..units import DTYPE_SIZE, parse_size
 
 
@@ -43,13 +44,18 @@ class SizeType(click.ParamType):
 @click.option("-d", "--dtype", default="float32", show_default=True,
               help=f"Element type: {', '.join(DTYPE_SIZE)}.")
 @click.option("-r", "--root", default=0, show_default=True, help="Root rank of broadcast and reduce.")
-@click.option("--engine", type=click.Choice(ENGINES), default="analytic", show_default=True,
-              help="Timing engine.")
+@click.option("--engine", default="analytic", show_default=True, metavar="analytic|packet|analytic,packet",
+              help="Timing engine(s): the alpha-beta model, the packet-level simulation, or both side by side.")
+@click.option("--stats", is_flag=True,
+              help="Add the packet engine's counters: events, peak queue, busiest link, reduction table.")
+@click.option("--trace", "trace_file", metavar="FILE.json",
+              help="Write a Chrome/Perfetto trace of one point (the first algorithm at the largest size) "
+                   "simulated by the packet engine.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
               help="What to print on stdout.")
 @click.option("-o", "--output", metavar="FILE", help="Also write the rows to FILE (.csv, .json or .parquet).")
-def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, factor, dtype, root, engine, fmt,
-              output):
+def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, factor, dtype, root, engine, stats,
+              trace_file, fmt, output):
     """Sweep message sizes for collectives and algorithms on one topology.
 
     \b
@@ -63,7 +69,10 @@ def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, fa
     topo = load_topology(topology, list(overrides))
     sizes = size_grid(minbytes, maxbytes, factor)
     colls = list(C.COLLECTIVES) if collective.strip() == "all" else [c for c in collective.split(",") if c.strip()]
-    result = sweep(topo, colls, algorithm, sizes, dtype=dtype, root=root, engine=engine)
+    parse_engines(engine)
+    if trace_file and not trace_file.endswith(".json"):
+        raise ConfigError(f"--trace: expected a file ending in .json, got {trace_file!r}")
+    result = sweep(topo, colls, algorithm, sizes, dtype=dtype, root=root, engine=engine, stats=stats)
     for coll, algo, why in result.skipped:
         click.echo(f"hccl-bench: skipped {algo} for {coll} on {topo.name}: {why}", err=True)
     meta = {"topology": {"name": topo.name, **topo.spec}, "inputs": {
@@ -71,6 +80,11 @@ def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, fa
         "maxbytes": maxbytes, "factor": factor, "dtype": dtype, "root": root, "engine": engine}}
     if output:
         write(result.rows, output, meta)
+    if trace_file:
+        first = result.rows.iloc[0]
+        write_trace(trace_file, topo, first.collective, first.algorithm, sizes[-1], dtype, root)
+        click.echo(f"hccl-bench: wrote a packet-engine trace of {first.collective} {first.algorithm} at "
+                   f"{sizes[-1]} bytes to {trace_file}", err=True)
     if fmt == "csv":
         sys.stdout.write(to_csv(result.rows))
     elif fmt == "json":
