@@ -22,23 +22,48 @@ bandwidth B (contention-free): ring reduce-scatter / all-gather
 direction on point-to-point links (a ring or full mesh: both directions work);
 direct ``a + (n-1)P/B``; in-switch (switch hop latency h, so a = 2h through the
 switch), pipelined over Q parts of P/Q bytes, wave w carrying the upload of
-part w and the multicast of part w-1:
+part w and the multicast of part w-1. A link streams its parts back to back
+(order dependencies: the next part leaves once the previous one has left), so
+with y = P/(Q B), "left" the time a transfer's last byte leaves its source and
+"arrived" left + h:
 
-    reduce-scatter  Q (h + (n-1)P/(Q B)) + h + P/(Q B)  =  (Q+1) h + (n-1)P/B + P/(Q B)
-    all-gather      h + P/(Q B) + Q (h + (n-1)P/(Q B))  =  (Q+1) h + (n-1)P/B + P/(Q B)
+    reduce-scatter  up[w] left (w+1)(n-1)y (the n-1 uploads of a part share my uplink);
+                    down[w] left max(up[w] arrived, down[w-1] left) + y = up[w] arrived + y
+    all-gather      up[w] left (w+1)y;
+                    down[w] left max(up[w] arrived, down[w-1] left) + (n-1)y (n-1 multicasts
+                    share my downlink) = h + y + (w+1)(n-1)y
 
-(reduce-scatter: the L-1 uploads of a part share a rank's uplink; all-gather: the
-L-1 multicasts share its downlink). So the in-switch phase never beats a ring on
-bandwidth -- a rank's uplink (downlink) carries (n-1)P either way, plus the
-pipeline's fill P/(Q B) -- and wins on latency, (Q+1)h against 2(n-1)h.
+(n-1 >= 1 settles both maxima: the upload in reduce-scatter, the previous
+multicast in all-gather from w = 1), so both take 2h + (n-1)P/B + P/(Q B): the
+hops' latency once, not once per part. (The ring's order dependency is on the
+rank's own previous step, which left one path latency before the upstream's
+arrived: it never binds, and the ring's form is the plain alpha-beta one.)
+The in-switch phase never beats a ring on bandwidth -- a rank's uplink
+(downlink) carries (n-1)P either way, plus the pipeline's fill P/(Q B) -- and
+wins on latency, 2h against 2(n-1)h.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from hcclsim.schedule import (DEP_ALL, DEP_COL, DEP_ROW, DEP_SHIFT, OUT, PUT, PUT_REDUCE, TMP, Affine,
-                              ScheduleBuilder, rank_of, rot, switch_of)
+from hcclsim.schedule import (
+    DATA,
+    DEP_ALL,
+    DEP_COL,
+    DEP_ROW,
+    DEP_SHIFT,
+    OUT,
+    PUT,
+    PUT_REDUCE,
+    TMP,
+    Affine,
+    ScheduleBuilder,
+    order,
+    rank_of,
+    rot,
+    switch_of,
+)
 
 
 @dataclass(frozen=True)
@@ -106,10 +131,10 @@ def moved(deps, di: int, dj: int, D: int, L: int) -> list:
     """The deps of the rank shifted by (di, dj) on the grid, normalised and without duplicates.
     Deps other than DEP_ALL must point to templates that cover the whole (D, L) grid."""
     out = {}
-    for t, mode, si, sj in deps:
+    for t, mode, si, sj, *kind in deps:
         si = (si + di) % D if mode in (DEP_SHIFT, DEP_ROW) else 0
         sj = (sj + dj) % L if mode in (DEP_SHIFT, DEP_COL) else 0
-        out[(t, mode, si, sj)] = None
+        out[(t, mode, si, sj, kind[0] if kind else DATA)] = None
     return list(out)
 
 
@@ -148,7 +173,7 @@ def _ring(b: ScheduleBuilder, pcs: Pieces, entry, reduce: bool, channels: int) -
             # owner); all-gather: forward piece x-ds (own piece first).
             start, shape = pcs.part(-d * (s + 1) if reduce else -d * s, c, channels)
             back = (prev[c], DEP_SHIFT, *g.step(ax, -d))       # the part arrived from my upstream
-            deps = ready(g, entry, ax, d) if prev[c] is None else [back, prev[c]]
+            deps = ready(g, entry, ax, d) if prev[c] is None else [back, order(prev[c])]
             prev[c] = b.op(src=g.peer(ax, 0), dst=g.peer(ax, d), schunk=start, group=grp, inst=inst, chan=c,
                            kind=PUT_REDUCE if reduce else PUT, sbuf=OUT, dbuf=OUT, deps=deps, **shape)
     # done: my last sends, and my upstream's last sends into me, on every channel
@@ -215,12 +240,12 @@ def switch_rs(b: ScheduleBuilder, pcs: Pieces, entry, nranks: int, parts: int = 
             for s in range(1, g.L):
                 start, shape = pcs.part(s, w, parts)
                 row.append(b.op(src=me, dst=sw, schunk=start, group=grp, inst=inst, kind=PUT_REDUCE, sbuf=OUT,
-                                dbuf=OUT, chan=s - 1, deps=[ups[-1][s - 1]] if ups else list(entry), **shape))
+                                dbuf=OUT, chan=s - 1, deps=[order(ups[-1][s - 1])] if ups else list(entry), **shape))
             ups.append(row)
         if w:                   # the L-1 contributions to part w-1 of my piece are in; sent in order
             start, shape = pcs.part(0, w - 1, parts)
             deps = [(t, DEP_SHIFT, 0, -s) for s, t in enumerate(ups[w - 1], 1)]
-            deps = moved(deps + (list(entry) if down is None else [(down, DEP_SHIFT, 0, 0)]), 0, 0, g.D, g.L)
+            deps = moved(deps + (list(entry) if down is None else [order(down)]), 0, 0, g.D, g.L)
             down = b.op(src=sw, dst=me, schunk=start, group=grp, inst=inst, kind=PUT_REDUCE, sbuf=OUT,
                         dbuf=OUT, chan=g.L - 1, deps=deps, **shape)
     return barrier("l", [down])     # the last sends depend, through their chains, on every transfer
@@ -243,12 +268,12 @@ def switch_ag(b: ScheduleBuilder, pcs: Pieces, entry, nranks: int, parts: int = 
         if w < parts:
             start, shape = pcs.part(0, w, parts)
             ups.append(b.op(src=me, dst=sw, schunk=start, group=grp, inst=inst, kind=PUT, sbuf=OUT, dbuf=TMP,
-                            chan=0, deps=ups[-1:] or list(entry), **shape))
+                            chan=0, deps=[order(ups[-1])] if ups else list(entry), **shape))
         if w:                   # template s-1: my piece's part w-1 to rank x+s, after the previous one
             start, shape = pcs.part(0, w - 1, parts)
             downs = [b.op(src=sw, dst=g.peer("l", s), schunk=start, group=grp, inst=inst, kind=PUT, sbuf=TMP,
                           dbuf=OUT, chan=s, deps=[(ups[w - 1], DEP_SHIFT, 0, 0)]
-                          + (moved(entry, 0, s, g.D, g.L) if w == 1 else [downs[s - 1]]), **shape)
+                          + (moved(entry, 0, s, g.D, g.L) if w == 1 else [order(downs[s - 1])]), **shape)
                      for s in range(1, g.L)]
     return barrier("l", downs)
 

@@ -35,8 +35,21 @@ from dataclasses import dataclass
 
 from hcclsim import collectives as C
 from hcclsim.algorithm import Algorithm, Problem, opt, register
-from hcclsim.schedule import (DEP_SHIFT, IN, OUT, PUT, PUT_REDUCE, Affine, Layout, Schedule, ScheduleBuilder,
-                              const, rank_of, rot)
+from hcclsim.schedule import (
+    DEP_SHIFT,
+    IN,
+    OUT,
+    PUT,
+    PUT_REDUCE,
+    Affine,
+    Layout,
+    Schedule,
+    ScheduleBuilder,
+    const,
+    order,
+    rank_of,
+    rot,
+)
 
 
 @dataclass(frozen=True)
@@ -106,7 +119,7 @@ def compile_direct(problem: Problem, label: str, P: int, twoshot: bool = False) 
         for s, p in live:
             st = steps[s]
             for k in range(1, n):
-                deps = [sent[(s, k, p - 1)]] if p else []          # the channel sends in order
+                deps = [order(sent[(s, k, p - 1)])] if p else []   # the channel sends in order
                 if s:
                     deps.append(waits[(s, p)])
                 sent[(s, k, p)] = b.op(src=rank_of(1, n), dst=rank_of(1, n, 0, k), schunk=st.schunk(k, p),
@@ -140,7 +153,7 @@ def _rooted(problem: Problem, label: str, P: int) -> Schedule:
             peer = const((root + k) % n)
             src, dst = (const(root), peer) if bcast else (peer, const(root))
             prev[k] = b.op(src=src, dst=dst, schunk=const(p), group=g, kind=PUT if bcast else PUT_REDUCE,
-                           sbuf=IN, dbuf=OUT, chan=k - 1, deps=[prev[k]] if p else [])
+                           sbuf=IN, dbuf=OUT, chan=k - 1, deps=[order(prev[k])] if p else [])
     return b.build()
 
 

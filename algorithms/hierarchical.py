@@ -33,22 +33,36 @@ bandwidths, ring/ring, one channel:
 
 Intra phase replacements for (L-1)(a_up + P/B_up): C ring channels on a ring / full_mesh
 scale-up (a_up one hop) (L-1)(a_up + P/(C B_up)); direct a_up + (L-1)P/B_up; in-switch
-(h = a_up/2 the rank -> switch hop) (Q+1)h + (L-1)P/B_up + P/(Q B_up). The in-switch phase
-carries as many bytes on a rank's busiest link as the ring does, plus the pipeline fill
-P/(Q B_up), so it wins only on latency: at zero latency the ring is always faster (auto
-then keeps the ring). On a fat tree each phase's bandwidth term is also bounded by the
-leaf uplinks: all L rails of a domain leave its leaf at once, so oversubscription os slows
-the inter phases by os when a leaf is one domain.
+a_up + (L-1)P/B_up + P/(Q B_up) (rank -> switch -> rank, pipelined over Q parts: each link
+streams its parts back to back, so the two hops' latency is paid once, not once per part).
+The in-switch phase carries as many bytes on a rank's busiest link as the ring does, plus
+the pipeline fill P/(Q B_up), so it wins only on latency, (L-2) a_up against that fill: at
+zero latency (or L = 2) the ring is always faster (auto then keeps the ring); with L = 8,
+400 GB/s and a_up = 1 us it wins while a part is under 2.4 MB (1 GiB AllReduce: 64 parts of
+2 MiB). On a fat tree each phase's bandwidth term is also bounded by the leaf uplinks: all
+L rails of a domain leave its leaf at once, so oversubscription os slows the inter phases by
+os when a leaf is one domain.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hcclsim.algorithms._phases import (
+    Grid,
+    Pieces,
+    direct_ag,
+    direct_rs,
+    everything,
+    exchange,
+    ring_ag,
+    ring_rs,
+    switch_ag,
+    switch_rs,
+)
+
 from hcclsim import collectives as C
 from hcclsim.algorithm import Algorithm, Problem, opt, register
-from hcclsim.algorithms._phases import (Grid, Pieces, direct_ag, direct_rs, everything, exchange, ring_ag,
-                                        ring_rs, switch_ag, switch_rs)
 from hcclsim.schedule import IN, OUT, PUT, TMP, Affine, Layout, ScheduleBuilder, const, rot
 
 INTRA = ("auto", "ring", "direct", "in_switch")
@@ -118,10 +132,11 @@ class Hierarchical(Algorithm):
         topo = problem.topology
         if not _switch_reduces(topo) or topo.local == 1:
             return "ring"
-        # one intra phase on pieces of P = size/L bytes (all collectives move a row of S/L per rank)
-        L, Q, B = topo.local, self._chunks(problem, size), topo.tiers[0].bandwidth
-        P, h, a = size / L, topo.path_latency(0, topo.nranks), topo.path_latency(0, 1)
-        in_switch = (Q + 1) * h + (L - 1) * P / B + P / (Q * B)
+        # one intra phase on pieces of P = size/L bytes (all collectives move a row of S/L per rank);
+        # the in-switch phase streams its Q parts back to back, so it pays the up and down hops once
+        L, Q, B, n = topo.local, self._chunks(problem, size), topo.tiers[0].bandwidth, topo.nranks
+        P, a = size / L, topo.path_latency(0, 1)
+        in_switch = topo.path_latency(0, n) + topo.path_latency(n, 0) + (L - 1) * P / B + P / (Q * B)
         ring = (L - 1) * (a + P / B)
         return "in_switch" if in_switch < ring else "ring"
 

@@ -46,9 +46,24 @@ import numpy as np
 
 from hcclsim import collectives as C
 from hcclsim.algorithm import Algorithm, Problem, opt, register
-from hcclsim.schedule import (DEP_ALL, DEP_SHIFT, IN, OUT, PUT, PUT_REDUCE, TMP, Affine, Layout, Schedule,
-                              ScheduleBuilder, const, rank_of, rot, switch_of)
-
+from hcclsim.schedule import (
+    DEP_ALL,
+    DEP_SHIFT,
+    IN,
+    OUT,
+    PUT,
+    PUT_REDUCE,
+    TMP,
+    Affine,
+    Layout,
+    Schedule,
+    ScheduleBuilder,
+    const,
+    order,
+    rank_of,
+    rot,
+    switch_of,
+)
 
 TEMPLATE_BUDGET = 4096     # automatic AllGather / ReduceScatter chunks keep P (N-1) templates under this
 
@@ -107,14 +122,14 @@ class InSwitch(Algorithm):
             g = b.next_group()
             if w < P:                   # a rank uploads its chunks in order
                 ops = _upload(coll, n, P, root, sw, w)
-                ups.append([b.op(group=g, chan=x, **op, deps=[ups[-1][x]] if w else [])
+                ups.append([b.op(group=g, chan=x, **op, deps=[order(ups[-1][x])] if w else [])
                             for x, op in enumerate(ops)])
             if w:                       # the switch multicasts its chunks in order
                 p = w - 1
                 ops = _multicast(coll, n, P, root, sw, p)
                 chan0 = len(ups[p])
                 downs.append([b.op(group=g, chan=chan0 + x, **op,
-                                   deps=_arrived(coll, ups[p]) + ([downs[-1][x]] if p else []))
+                                   deps=_arrived(coll, ups[p]) + ([order(downs[-1][x])] if p else []))
                               for x, op in enumerate(ops)])
         return b.build()
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from hcclsim import collectives as C
 from hcclsim.algorithm import Algorithm, Problem, opt, register
-from hcclsim.schedule import OUT, PUT, PUT_REDUCE, Layout, ScheduleBuilder, const, rank_of, rot
+from hcclsim.schedule import OUT, PUT, PUT_REDUCE, Layout, ScheduleBuilder, const, order, rank_of, rot
 
 
 @dataclass(frozen=True)
@@ -85,9 +85,9 @@ class Ring(Algorithm):
                     if s_idx > 0:
                         up = tid[(s_idx - 1, p, c)]
                         deps.append((up, 0, 0, -d))                    # the chunk arrived from my upstream
-                        deps.append(up)                                # my own previous send of it
+                        deps.append(order(up))                         # my own previous send of it has left
                     if p > 0:
-                        deps.append(tid[(s_idx, p - 1, c)])            # the channel sends a step's chunks in order
+                        deps.append(order(tid[(s_idx, p - 1, c)]))     # the channel sends a step's chunks in order
                     tid[(s_idx, p, c)] = b.op(src=rank_of(1, n), dst=rank_of(1, n, 0, d), schunk=chunk, group=g,
                                               inst=(1, n), kind=PUT_REDUCE if ph == "rs" else PUT, chan=c,
                                               deps=deps)

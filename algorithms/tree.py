@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 from hcclsim import collectives as C
 from hcclsim.algorithm import Algorithm, Problem, opt, register
-from hcclsim.schedule import OUT, PUT, PUT_REDUCE, Layout, ScheduleBuilder, const
+from hcclsim.schedule import OUT, PUT, PUT_REDUCE, Layout, ScheduleBuilder, const, order
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ def _double_tree(problem: Problem, label: str, P: int):
                         continue
                     deps = [red[t][p * n + c] for c in sh.children[v]]
                     if p > 0:
-                        deps.append(red[t][(p - 1) * n + v])            # the edge sends its chunks in order
+                        deps.append(order(red[t][(p - 1) * n + v]))     # the edge sends its chunks in order
                     red[t][p * n + v] = b.op(src=node[v], dst=node[sh.parent[v]], schunk=node[t * P + p],
                                              group=g, kind=PUT_REDUCE, deps=deps)
             H = sh.height[sh.root]
@@ -171,7 +171,7 @@ def _double_tree(problem: Problem, label: str, P: int):
                 for v in nodes:
                     arrived = [red[t][p * n + c] for c in sh.children[v]] if v == sh.root else [bc[t][p * n + v]]
                     for c in sh.children[v]:
-                        deps = arrived + ([bc[t][(p - 1) * n + c]] if p > 0 else [])
+                        deps = arrived + ([order(bc[t][(p - 1) * n + c])] if p > 0 else [])
                         bc[t][p * n + c] = b.op(src=node[v], dst=node[c], schunk=node[t * P + p], group=g,
                                                 kind=PUT, deps=deps)
     return b.build()
@@ -218,7 +218,7 @@ def _binomial(problem: Problem, label: str, P: int):
             if low > 1:                               # u receives from its children one step after another
                 deps.append(tid[(u + low // 2, p)])
         if p > 0:
-            deps.append(tid[(v, p - 1)])              # the edge carries its chunks in order
+            deps.append(order(tid[(v, p - 1)]))       # the edge carries its chunks in order
         tid[(v, p)] = b.op(src=node[(src + root) % n], dst=node[(dst + root) % n], schunk=node[p], group=g,
                            kind=PUT if coll == C.BROADCAST else PUT_REDUCE, sbuf=OUT, dbuf=OUT, deps=deps)
     return b.build()

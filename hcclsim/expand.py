@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .jit import njit
-from .schedule import (DEP_COL, DEP_ROW, DEP_SHIFT, F_C3, F_DCH, F_DST, F_ID, F_IL, F_SCH, F_SRC, Schedule)
+from .schedule import DEP_COL, DEP_ROW, DEP_SHIFT, F_C3, F_DCH, F_DST, F_ID, F_IL, F_SCH, F_SRC, Schedule
 
 
 @njit
@@ -35,8 +35,9 @@ def _ndeps(tmpl, dep_ptr, dep_t, dep_mode, t):
 
 
 @njit
-def expand_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj):
-    """(cols int64[X, 7]: template, i, j, src, dst, schunk, dchunk; dptr int64[X+1]; didx int64[E])."""
+def expand_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, dep_kind):
+    """(cols int64[X, 7]: template, i, j, src, dst, schunk, dchunk; dptr int64[X+1]; didx int64[E];
+    dkind int64[E]: DATA or ORDER)."""
     T = tmpl.shape[0]
     first = np.zeros(T + 1, np.int64)
     for t in range(T):
@@ -51,6 +52,7 @@ def expand_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj):
             dptr[x + 1] = dptr[x] + nd
             x += 1
     didx = np.empty(dptr[X], np.int64)
+    dkind = np.empty(dptr[X], np.int64)
     x = 0
     for t in range(T):
         row = tmpl[t]
@@ -69,6 +71,7 @@ def expand_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj):
                     ud, ul = tmpl[u, F_ID], tmpl[u, F_IL]
                     ti, tj = (i + dep_si[e]) % ud, (j + dep_sj[e]) % ul
                     mode = dep_mode[e]
+                    k0 = k
                     if mode == DEP_SHIFT:
                         didx[k] = first[u] + ti * ul + tj
                         k += 1
@@ -84,15 +87,17 @@ def expand_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj):
                         for y in range(first[u], first[u + 1]):
                             didx[k] = y
                             k += 1
+                    for kk in range(k0, k):
+                        dkind[kk] = dep_kind[e]
                 x += 1
-    return cols, dptr, didx
+    return cols, dptr, didx, dkind
 
 
 def expand(s: Schedule) -> dict[str, np.ndarray]:
     """Arrays ``tmpl``, ``i``, ``j``, ``src``, ``dst``, ``schunk``, ``dchunk`` (one entry per transfer)
-    and the dependency CSR ``dptr``/``didx`` over transfers."""
-    cols, dptr, didx = expand_kernel(s.tmpl, s.dep_ptr, s.dep_t, s.dep_mode, s.dep_si, s.dep_sj)
+    and the dependency CSR ``dptr``/``didx`` (with ``dkind``, DATA or ORDER) over transfers."""
+    cols, dptr, didx, dkind = expand_kernel(s.tmpl, s.dep_ptr, s.dep_t, s.dep_mode, s.dep_si, s.dep_sj, s.dep_kind)
     names = ("tmpl", "i", "j", "src", "dst", "schunk", "dchunk")
     out = {name: np.ascontiguousarray(cols[:, k]) for k, name in enumerate(names)}
-    out["dptr"], out["didx"] = dptr, didx
+    out["dptr"], out["didx"], out["dkind"] = dptr, didx, dkind
     return out

@@ -21,10 +21,13 @@ copying (PUT) or adding (PUT_REDUCE: reduce on arrival, or into a switch's
 reduction table). Runs of a strided transfer must line up with blocks
 (``rstride`` a multiple of ``k``) so that every run has the same size.
 
-Timing semantics (shared by the engines): a transfer starts when all its
-dependencies have finished; ``group`` numbers the sets of transfers that run at
-the same time (they share the links they have in common); every dependency
-points to an earlier group. ``chan`` is the issuing channel / message engine.
+Timing semantics (shared by the engines): a transfer starts when each DATA
+dependency has arrived and each ORDER dependency has left its source (its last
+byte is on the wire: a channel issuing transfers back to back); ``group``
+numbers the sets of transfers that run at the same time (they share the links
+they have in common); every dependency points to an earlier group. ``chan`` is
+the issuing channel / message engine. The checker treats both kinds as
+happens-before.
 """
 
 from __future__ import annotations
@@ -42,6 +45,9 @@ KIND_NAMES = {PUT: "put", PUT_REDUCE: "put_reduce"}
 IN, OUT, TMP = 0, 1, 2
 # dependency modes: which instances of the template depended on
 DEP_SHIFT, DEP_ROW, DEP_COL, DEP_ALL = 0, 1, 2, 3
+# dependency kinds: wait for the data to have arrived, or only for the transfer to have left
+# (issue order on one channel: the next transfer's first byte follows the previous one's last)
+DATA, ORDER = 0, 1
 
 # template fields (columns of Schedule.tmpl)
 F_KIND, F_GROUP, F_CHAN, F_ID, F_IL, F_SBUF, F_DBUF, F_N, F_NRUN, F_RSTRIDE = range(10)
@@ -84,6 +90,11 @@ def rank_of(D: int, L: int, di: int = 0, dj: int = 0) -> Affine:
 def switch_of(D: int, nranks: int, di: int = 0) -> Affine:
     """Node nranks + ((i + di) mod D): the scale-up switch of domain i + di."""
     return Affine(a1=1, c1=di % D, m1=D, w1=1, c3=nranks)
+
+
+def order(t: int, mode: int = DEP_SHIFT, si: int = 0, sj: int = 0) -> tuple[int, int, int, int, int]:
+    """An ORDER dependency: start once that transfer has left (same channel, back to back)."""
+    return (t, mode, si, sj, ORDER)
 
 
 def rot(j_coef: int, offset: int, mod: int, weight: int = 1, base: int = 0,
@@ -136,6 +147,7 @@ class Schedule:
     dep_mode: np.ndarray         # int64[E] DEP_*
     dep_si: np.ndarray           # int64[E] instance shift (i)
     dep_sj: np.ndarray           # int64[E] instance shift (j)
+    dep_kind: np.ndarray         # int64[E] DATA or ORDER
     group_ptr: np.ndarray        # int64[G + 1]: templates of group g are group_ptr[g]:group_ptr[g+1]
     notes: dict = field(default_factory=dict, compare=False)
 
@@ -153,8 +165,9 @@ class ScheduleBuilder:
     """Collects templates in order; ``build`` checks and packs them.
 
     Algorithms call ``op(...)`` with a group number (``next_group()`` hands out
-    fresh ones) and dependencies as ``(template_id, mode, si, sj)`` tuples, or
-    plain template ids meaning 'the same instance' (DEP_SHIFT by (0, 0)).
+    fresh ones) and dependencies as ``(template_id, mode, si, sj[, kind])`` tuples,
+    or plain template ids meaning 'the same instance' (DEP_SHIFT by (0, 0)); kind
+    is DATA unless given (``order(t)`` makes an ORDER dependency on the same instance).
     """
 
     def __init__(self, collective: str, algorithm: str, nranks: int, shape: tuple[int, int], layout: Layout,
@@ -165,7 +178,7 @@ class ScheduleBuilder:
         self.shape, self.layout, self.root = shape, layout, root
         self.nnodes = nnodes if nnodes is not None else nranks
         self.rows: list[list[int]] = []
-        self.deps: list[list[tuple[int, int, int, int]]] = []
+        self.deps: list[list[tuple[int, int, int, int, int]]] = []
         self._group = -1
         self.notes: dict = {}
 
@@ -183,7 +196,8 @@ class ScheduleBuilder:
         self.rows.append(row + [src.c3, dst.c3, schunk.c3, dchunk.c3])
         norm = []
         for d in deps:
-            norm.append((d, DEP_SHIFT, 0, 0) if isinstance(d, (int, np.integer)) else tuple(d))
+            d = (d, DEP_SHIFT, 0, 0) if isinstance(d, (int, np.integer)) else tuple(d)
+            norm.append(d if len(d) == 5 else (*d, DATA))
         self.deps.append(norm)
         return len(self.rows) - 1
 
@@ -197,8 +211,8 @@ class ScheduleBuilder:
             raise ScheduleError(f"{self.algorithm}: templates must be emitted in group order")
         ptr = np.zeros(T + 1, np.int64)
         ptr[1:] = np.cumsum([len(d) for d in self.deps])
-        flat = [d for ds in self.deps for d in ds] or [(0, 0, 0, 0)]
-        dep = np.asarray(flat, np.int64).reshape(-1, 4)[: ptr[-1]]
+        flat = [d for ds in self.deps for d in ds] or [(0, 0, 0, 0, 0)]
+        dep = np.asarray(flat, np.int64).reshape(-1, 5)[: ptr[-1]]
         groups = tmpl[:, F_GROUP]
         consumer = np.repeat(np.arange(T), np.diff(ptr))
         bad = (dep[:, 0] < 0) | (dep[:, 0] >= consumer) | (groups[np.clip(dep[:, 0], 0, T - 1)] >= groups[consumer])
@@ -214,4 +228,4 @@ class ScheduleBuilder:
                         nnodes=self.nnodes, shape=self.shape, layout=self.layout, root=self.root,
                         tmpl=np.ascontiguousarray(tmpl), dep_ptr=ptr, dep_t=dep[:, 0].copy(),
                         dep_mode=dep[:, 1].copy(), dep_si=dep[:, 2].copy(), dep_sj=dep[:, 3].copy(),
-                        group_ptr=gptr, notes=dict(self.notes))
+                        dep_kind=dep[:, 4].copy(), group_ptr=gptr, notes=dict(self.notes))

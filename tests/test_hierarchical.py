@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+from helpers import busbw, compile_for, time_of
 
 from hcclsim import collectives as C
 from hcclsim.algorithm import Problem, parse_spec
@@ -8,8 +9,6 @@ from hcclsim.engine import analytic
 from hcclsim.errors import ConfigError
 from hcclsim.symmetry import equivariant, link_orbits
 from hcclsim.topology import build_flat, build_hierarchical
-
-from helpers import busbw, compile_for, time_of
 
 COLLS = ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce"]
 INTRA = ["auto", "ring", "direct", "in_switch"]
@@ -199,11 +198,25 @@ def test_other_collectives_closed_forms():
         assert time_of("hierarchical", "reduce", t, S, root=root) == pytest.approx(bc, rel=1e-12)
 
 
-def in_switch_phase(L, P, h, B, Q):
-    """One in-switch reduce-scatter (all-gather) along l, pipelined over Q parts of P/Q bytes: Q waves
-    paced by the uplink (downlink) carrying L-1 parts, then the last part's multicast (the first
-    part's upload); h = rank -> switch hop."""
-    return Q * (h + (L - 1) * P / (Q * B)) + h + P / (Q * B)
+def in_switch_phase(L, P, h, B, Q, gather=False):
+    """One in-switch reduce-scatter (gather: all-gather) along l, pipelined over Q parts of P/Q bytes,
+    by hand; h = rank -> switch hop, y = one part's time on a link. Part w's upload leaves once part
+    w-1's has left (order: the uplink streams back to back), the L-1 uploads of reduce-scatter share
+    the uplink; the switch's send of part w leaves once part w has arrived and its part w-1 has left,
+    the L-1 multicasts of all-gather share the downlink. Returns when the last part arrived."""
+    y = P / (Q * B)
+    up_left = down_left = 0.0
+    for _ in range(Q):
+        up_left += (1 if gather else L - 1) * y
+        down_left = max(up_left + h, down_left) + (L - 1 if gather else 1) * y
+    return down_left + h
+
+
+def in_switch_closed_form(L, P, h, B, Q):
+    """The recursion's closed form, both directions: the Q parts stream back to back on each link, so
+    the up and down hops' latency is paid once (2h, not (Q+1)h), plus the busiest link's (L-1)P and
+    the fill of one part."""
+    return 2 * h + (L - 1) * P / B + P / (Q * B)
 
 
 def test_direct_and_in_switch_closed_forms():
@@ -216,32 +229,35 @@ def test_direct_and_in_switch_closed_forms():
     inter_ring = 2 * (D - 1) * (out + S / (L * D * B2))
     inter_direct = 2 * (out + (D - 1) * S / (L * D * B2))
     intra = {"ring": 2 * (L - 1) * (up + S / (L * B1)), "direct": 2 * (up + (L - 1) * S / (L * B1)),
-             "in_switch": 2 * in_switch_phase(L, S / L, a1, B1, Q)}
+             "in_switch": 2 * in_switch_closed_form(L, S / L, a1, B1, Q)}
     for name, x in intra.items():
         for inter, y in (("ring", inter_ring), ("direct", inter_direct)):
             got = time_of(f"hierarchical:intra={name}:inter={inter}", "all_reduce", t, S)
             assert got == pytest.approx(x + y, rel=1e-12), (name, inter)
-    # here (Q+1) h + P/(Q B) = 723 ns < 2 (L-1) h = 900 ns: auto takes the in-switch phases
+    # here 2h + P/(Q B) = 422.88 ns < 2 (L-1) h = 900 ns: auto takes the in-switch phases
     auto = time_of("hierarchical", "all_reduce", t, S)
     assert auto == time_of("hierarchical:intra=in_switch", "all_reduce", t, S)
 
 
+@pytest.mark.parametrize("L", [2, 4, 5])
 @pytest.mark.parametrize("Q", [1, 2, 5, 8])
-def test_pipelined_in_switch_closed_forms(Q):
-    """(Q+1) h + (L-1) P/B + P/(Q B) per in-switch phase, P = S/L the piece a rank owns along l."""
-    L, D, a1, a2, B1, B2 = 4, 3, 150e-9, 900e-9, 400e9, 50e9
+def test_pipelined_in_switch_closed_forms(Q, L):
+    """2h + (L-1) P/B + P/(Q B) per in-switch phase, P = S/L the piece a rank owns along l: the parts
+    stream back to back on every link (order dependencies), so the hops' latency is paid once."""
+    D, a1, a2, B1, B2 = 3, 150e-9, 900e-9, 400e9, 50e9
     N, out = D * L, 4 * a2
     t = topo(D, L, up_bw=B1, up_lat=a1, reduce=True, out_bw=B2, out_lat=a2)
     S = N * 4 * 40 * 3 * 7                    # every chunk the same size for Q in 1, 2, 5, 8
     spec = f"hierarchical:intra=in_switch:chunks={Q}"
-    phase = in_switch_phase(L, S / L, a1, B1, Q)
-    assert phase == pytest.approx((Q + 1) * a1 + (L - 1) * S / (L * B1) + S / (L * Q * B1), rel=1e-12)
+    phase = in_switch_closed_form(L, S / L, a1, B1, Q)
+    for gather in (False, True):             # L = 2: the recursion's maxima tie
+        assert in_switch_phase(L, S / L, a1, B1, Q, gather) == pytest.approx(phase, rel=1e-12)
     inter_rs = (D - 1) * (out + S / (N * B2))
     assert time_of(spec, "reduce_scatter", t, S) == pytest.approx(phase + inter_rs, rel=1e-12)
     assert time_of(spec, "all_gather", t, S) == pytest.approx(inter_rs + phase, rel=1e-12)
     assert time_of(spec, "all_reduce", t, S) == pytest.approx(2 * phase + 2 * inter_rs, rel=1e-12)
     root_hop = 2 * a1 + (L - 1) * S / (L * B1) + out + (D - 1) * S / (N * B2)    # root's scatter / gather
-    for root in (0, 7):
+    for root in (0, 7 % N):                  # and a root off rail 0
         want = root_hop + inter_rs + phase
         assert time_of(spec, "broadcast", t, S, root=root) == pytest.approx(want, rel=1e-12)
         assert time_of(spec, "reduce", t, S, root=root) == pytest.approx(want, rel=1e-12)
@@ -271,10 +287,12 @@ def test_ring_channels_use_both_directions():
 
 
 def test_auto_is_the_faster_of_ring_and_in_switch():
-    """On the 128-rank reducing fabric: the pipelined in-switch phases now lose to the ring only by
-    their fill at zero latency (218.73 against 218.97 GB/s at 1 GiB, was 204.84), so auto keeps the
-    ring there; with 500 ns hops auto takes the in-switch phases at 256 B (one latency step per
-    wave, (Q+1) h, against 2(L-1) h) and the ring at 1 GiB (64 waves of h cost more than 14 h)."""
+    """On the 128-rank reducing fabric: the pipelined in-switch phases lose to the ring only by their
+    fill at zero latency (218.73 against 218.97 GB/s at 1 GiB), so auto keeps the ring there; with
+    500 ns hops an in-switch phase pays its two hops once (its parts stream back to back) against
+    the ring's 2(L-1) = 14, so auto takes it at 256 B and, now that the 64 parts no longer pay a
+    hop each, at 1 GiB too: it saves (L-2) a_up = 6 us of latency per phase and its fill costs
+    a 2 MiB part, 5.24 us."""
     zero = build_hierarchical("tt", "switch", 8, 400e9, 0.0, True, "fat_tree", 16, 50e9, 0.0)
     assert busbw("hierarchical:intra=in_switch", "all_reduce", zero, GiB) == pytest.approx(218.73, rel=1e-4)
     kinds = ("auto", "ring", "in_switch")
@@ -284,6 +302,10 @@ def test_auto_is_the_faster_of_ring_and_in_switch():
     slow = build_hierarchical("tt", "switch", 8, 400e9, 500e-9, True, "fat_tree", 16, 50e9, 500e-9)
     small = {x: time_of(f"hierarchical:intra={x}", "all_reduce", slow, 256) for x in kinds}
     assert small["auto"] == small["in_switch"] < small["ring"] - 11.9e-6     # 62.0 us against 74.0 us
+    big = {x: time_of(f"hierarchical:intra={x}", "all_reduce", slow, GiB) for x in kinds}
+    assert big["auto"] == big["in_switch"] < big["ring"]                      # 9803.3 us against 9804.8 us
+    saved = 2 * (6 * 2 * 500e-9 - (GiB / 8) / (64 * 400e9))                   # two phases, Q = 64
+    assert big["ring"] - big["in_switch"] == pytest.approx(saved, rel=1e-9)   # 1.5 us out of two 9.8 ms
     for topo_ in (zero, slow, topo(3, 4, up_lat=100e-9, reduce=True, out_lat=300e-9)):
         for size in (256, 64 << 10, 1 << 20, 16 << 20, GiB):
             for coll in ("all_reduce", "reduce_scatter", "all_gather", "broadcast"):

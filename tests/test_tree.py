@@ -56,13 +56,43 @@ def test_binomial_broadcast_and_reduce_are_log_steps(n, root):
     assert time_of("tree", "reduce", topo, size, root=root) == pytest.approx(want, rel=1e-9)
 
 
-def test_pipelined_binomial_broadcast_shares_the_roots_uplink():
-    # 4 ranks: root -> 2 (step 0), root -> 1 and 2 -> 3 (step 1). Chunk p of step s runs in wave p + s,
-    # so the P - 1 middle waves have the root sending two chunks at once: (P+1) alpha + 2 S / B.
-    topo = build_flat("t", "switch", 4, B, LAT)
-    P, size = 4, 4 * 1024 * 4
-    t = time_of(f"tree:chunks={P}", "broadcast", topo, size)
-    assert t == pytest.approx((P + 1) * 2 * LAT + 2 * size / B, rel=1e-9)
+def binomial_broadcast_reference(n: int, P: int, alpha: float, chunk: float) -> float:
+    """The pipelined binomial broadcast by hand: chunk p of edge u -> v leaves once it has arrived at u,
+    u's send of chunk p to its previous child has arrived (data dependencies) and the edge's chunk p-1
+    has left (order: the edge streams its chunks back to back); a wave's sends from u share u's uplink."""
+    K = (n - 1).bit_length()
+    todo = sorted((p + K - (v & -v).bit_length(), v, p) for v in range(1, n) for p in range(P))
+    share: dict = {}
+    for w, v, _ in todo:
+        share[(w, v & (v - 1))] = share.get((w, v & (v - 1)), 0) + 1
+    left: dict = {}
+    for w, v, p in todo:
+        u, low = v & (v - 1), v & -v
+        start = left[(u, p)] + alpha if u else 0.0
+        if u + 2 * low < n and (u == 0 or 2 * low < (u & -u)):
+            start = max(start, left[(u + 2 * low, p)] + alpha)
+        if p:
+            start = max(start, left[(v, p - 1)])
+        left[(v, p)] = start + share[(w, u)] * chunk
+    return max(left.values()) + alpha
+
+
+@pytest.mark.parametrize("n", [2, 4, 5, 8, 13])
+@pytest.mark.parametrize("P", [1, 2, 4, 8])
+def test_pipelined_binomial_broadcast_shares_the_roots_uplink(n, P):
+    # The root's K sends of chunk p are chained by data dependencies (each waits for the previous
+    # child's copy to arrive), its chunks by order ones (back to back), and a wave's sends share its
+    # uplink: the send of chunk p in step s leaves at s alpha + (the root's bytes up to wave s + p) / B,
+    # both dependencies tying there. So the last leaves at (K-1) alpha + K S / B and arrives alpha later:
+    # K (alpha + S/B) whatever P (latency paid once per step, not per chunk; no gain on a switch either,
+    # the root's uplink carries K S). Reduce is the mirror image.
+    topo = build_flat("t", "switch", n, B, LAT)
+    K, size, alpha = (n - 1).bit_length(), 4 * 1024 * 8 * 3, 2 * LAT
+    want = K * (alpha + size / B)
+    assert binomial_broadcast_reference(n, P, alpha, size / (P * B)) == pytest.approx(want, rel=1e-12)
+    for root in (0, n - 1):
+        assert time_of(f"tree:chunks={P}", "broadcast", topo, size, root=root) == pytest.approx(want, rel=1e-12)
+        assert time_of(f"tree:chunks={P}", "reduce", topo, size, root=root) == pytest.approx(want, rel=1e-12)
 
 
 def test_tree_allreduce_targets_on_eight_ranks(switch8):

@@ -33,6 +33,7 @@ from ..schedule import (
     F_NRUN,
     F_SCH,
     F_SRC,
+    ORDER,
     Schedule,
 )
 from ..symmetry import equivariant, link_orbits
@@ -98,16 +99,18 @@ def _alloc_kernel(rows, last_use, cls, ncls):
 
 
 @njit
-def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, group_ptr, offset, summarize, pool_rows,
-                    params, link_bw, link_lat, max_hops, prefix, want_links):
+def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, dep_kind, group_ptr, offset, summarize,
+                    pool_rows, params, link_bw, link_lat, max_hops, prefix, want_links):
     """Finish time of the last transfer per size; optionally bytes per link per size.
 
     prefix[s, c]: bytes before chunk c at size s. pool rows of template t start at offset[t]:
     one row per instance, then (if summarize[t]) per-i maxima, per-j maxima and the overall max.
+    A row holds 2*S times: when the transfer arrived (S sizes), then when it left its source.
     """
     S = prefix.shape[0]
+    S2 = 2 * S
     nlinks = len(link_bw)
-    pool = np.zeros(pool_rows * S)
+    pool = np.zeros(pool_rows * S2)
     gmax = np.zeros(S)
     cnt = np.zeros(nlinks, np.int64)
     touched = np.empty(nlinks, np.int64)
@@ -150,7 +153,7 @@ def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, group_ptr, o
                             r = offset[u] + ud * ul + ud + tj
                         else:
                             r = offset[u] + ud * ul + ud + ul
-                        base = r * S
+                        base = r * S2 + (S if dep_kind[e] == ORDER else 0)
                         for s in range(S):
                             v = pool[base + s]
                             start[s] = max(start[s], v)
@@ -163,11 +166,13 @@ def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, group_ptr, o
                         x = cnt[lk] / link_bw[lk]
                         inv = max(inv, x)
                     c = _aff(row, F_SCH, F_C3 + 2, i, j)
-                    base = (offset[t] + i * nl + j) * S
+                    base = (offset[t] + i * nl + j) * S2
                     for s in range(S):
                         nb = nrun * (prefix[s, c + nch] - prefix[s, c])
-                        f = start[s] + lat + nb * inv
+                        left = start[s] + nb * inv
+                        f = left + lat
                         pool[base + s] = f
+                        pool[base + S + s] = left
                         gmax[s] = max(gmax[s], f)
                         if want_links:
                             for k in range(h):
@@ -176,10 +181,10 @@ def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, group_ptr, o
                 b0 = offset[t] + ninst
                 for i in range(nd):
                     for j in range(nl):
-                        src = (offset[t] + i * nl + j) * S
-                        for s in range(S):
+                        src = (offset[t] + i * nl + j) * S2
+                        for s in range(S2):
                             v = pool[src + s]
-                            ri, ci, ai = (b0 + i) * S + s, (b0 + nd + j) * S + s, (b0 + nd + nl) * S + s
+                            ri, ci, ai = (b0 + i) * S2 + s, (b0 + nd + j) * S2 + s, (b0 + nd + nl) * S2 + s
                             pool[ri] = max(pool[ri], v)
                             pool[ci] = max(pool[ci], v)
                             pool[ai] = max(pool[ai], v)
@@ -189,8 +194,8 @@ def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, group_ptr, o
 
 
 @njit
-def symmetric_kernel(tmpl, dep_ptr, dep_t, group_ptr, params, link_bw, link_lat, max_hops, orbit, orbit_size,
-                     nbytes, want_links):
+def symmetric_kernel(tmpl, dep_ptr, dep_t, dep_kind, group_ptr, params, link_bw, link_lat, max_hops, orbit,
+                     orbit_size, nbytes, want_links):
     """analytic_kernel for equivariant schedules on a topology with the same symmetry.
 
     Every instance of a template finishes at the same time, so only instance (0, 0)
@@ -200,6 +205,7 @@ def symmetric_kernel(tmpl, dep_ptr, dep_t, group_ptr, params, link_bw, link_lat,
     T, S = nbytes.shape
     norb = len(orbit_size)
     fin = np.zeros((T, S))
+    left = np.zeros((T, S))
     gmax = np.zeros(S)
     hops = np.zeros(norb)
     links = np.empty(max_hops, np.int64)
@@ -224,9 +230,10 @@ def symmetric_kernel(tmpl, dep_ptr, dep_t, group_ptr, params, link_bw, link_lat,
             for s in range(S):
                 start = 0.0
                 for e in range(dep_ptr[t], dep_ptr[t + 1]):
-                    v = fin[dep_t[e], s]
+                    v = left[dep_t[e], s] if dep_kind[e] == ORDER else fin[dep_t[e], s]
                     start = max(start, v)
-                f = start + lat + nbytes[t, s] * inv
+                left[t, s] = start + nbytes[t, s] * inv
+                f = left[t, s] + lat
                 fin[t, s] = f
                 gmax[s] = max(gmax[s], f)
                 if want_links:
@@ -292,14 +299,15 @@ def run(schedule: Schedule, topo: Topology, block_elems, dtype_size: int, want_l
         s = schedule
         orbit, sizes = orbits
         nbytes = max_transfer_bytes(s, block_elems, dtype_size)
-        t, ob = symmetric_kernel(s.tmpl, s.dep_ptr, s.dep_t, s.group_ptr, topo.params, topo.link_bw,
+        t, ob = symmetric_kernel(s.tmpl, s.dep_ptr, s.dep_t, s.dep_kind, s.group_ptr, topo.params, topo.link_bw,
                                  topo.link_lat, topo.max_hops, orbit, sizes, nbytes, want_links)
         links = ob[orbit] / sizes[orbit][:, None] if want_links else np.zeros((0, len(block_elems)))
         return Timing(time=t, link_bytes=links, transfers=s.ntransfers)
     offset, summarize, pool_rows = plan_pool(schedule)
     prefix = chunk_prefix(schedule, block_elems, dtype_size)
     s = schedule
-    t, links = analytic_kernel(s.tmpl, s.dep_ptr, s.dep_t, s.dep_mode, s.dep_si, s.dep_sj, s.group_ptr, offset,
+    t, links = analytic_kernel(s.tmpl, s.dep_ptr, s.dep_t, s.dep_mode, s.dep_si, s.dep_sj, s.dep_kind, s.group_ptr,
+                               offset,
                                summarize, pool_rows, topo.params, topo.link_bw, topo.link_lat, topo.max_hops,
                                prefix, want_links)
     return Timing(time=t, link_bytes=links, transfers=s.ntransfers)

@@ -137,11 +137,36 @@ def _jobs(src, dst, npk, dptr, didx, n):
             np.asarray(fan_idx, np.int64))
 
 
-def prepare(schedule: Schedule, topo: Topology, block_elems: int, dtype_size: int) -> PacketProblem:
+def node_map_for(schedule: Schedule, topo: Topology, ranks) -> np.ndarray:
+    """Schedule node id -> fabric node id, for a schedule of len(ranks) ranks placed on those ranks.
+
+    A schedule's switch node nranks + d (domain d's reducing switch) becomes the reducing switch of
+    the fabric rank that the domain's first rank is placed on."""
+    ranks = np.asarray(ranks, np.int64)
+    if len(ranks) != schedule.nranks or len(set(ranks.tolist())) != len(ranks) or ranks.min() < 0 \
+            or ranks.max() >= topo.nranks:
+        raise ConfigError(f"ranks: expected {schedule.nranks} distinct ranks of 0..{topo.nranks - 1}")
+    out = np.empty(schedule.nnodes, np.int64)
+    out[: schedule.nranks] = ranks
+    L = schedule.shape[1]
+    for v in range(schedule.nranks, schedule.nnodes):
+        d = v - schedule.nranks
+        out[v] = topo.reduce_switch[ranks[min(d * L, len(ranks) - 1)]]
+        if out[v] < 0:
+            raise ConfigError(f"ranks: the schedule reduces in a switch, but fabric rank {ranks[d * L]} has none")
+    return out
+
+
+def prepare(schedule: Schedule, topo: Topology, block_elems: int, dtype_size: int,
+            node_map: np.ndarray | None = None) -> PacketProblem:
+    """The kernel's arrays for one size; node_map places the schedule's nodes on the fabric
+    (identity by default)."""
     s, n = schedule, topo.nranks
     ex = expand(s)
     t = ex["tmpl"]
     src, dst = ex["src"], ex["dst"]
+    if node_map is not None:
+        src, dst = node_map[src], node_map[dst]
     offsets = s.layout.offsets(int(block_elems)) * dtype_size
     nch, nrun = s.tmpl[t, F_N], s.tmpl[t, F_NRUN]
     nbytes = nrun * (offsets[ex["schunk"] + nch] - offsets[ex["schunk"]])
@@ -243,3 +268,63 @@ def run(schedule: Schedule, topo: Topology, block_elems, dtype_size: int, want_l
             stats[name][i] = r.stats[name]
     return Timing(time=times, link_bytes=np.zeros((0, len(block_elems))), transfers=schedule.ntransfers,
                   stats=stats)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One collective of a concurrent run: its schedule, one size, and where its ranks sit."""
+
+    schedule: Schedule
+    block_elems: int
+    dtype_size: int = 4
+    ranks: tuple[int, ...] | None = None        # fabric rank of each schedule rank (default 0..n-1)
+
+
+def _merge(parts: list[PacketProblem]) -> PacketProblem:
+    """One problem running every part at once (same fabric): transfer, path and job ids offset."""
+    zero = np.zeros(1, np.int64)
+    xs, paths, cptr, cidx, jobs, fptr, fidx, kptr = [], [], [zero], [], [], [zero], [], [zero]
+    nx = npath = nchild = njob = nfan = nent = 0
+    for p in parts:
+        xt = p.xt.copy()
+        xt[:, K.X_PATH] += npath
+        xt[:, K.X_JOB] = np.where(xt[:, K.X_JOB] >= 0, xt[:, K.X_JOB] + njob, -1)
+        xs.append(xt)
+        paths.append(p.path_links)
+        cptr.append(p.child_ptr[1:] + nchild)
+        cidx.append(p.child_idx + nx)
+        jobs.append(p.jobs)
+        fptr.append(p.job_fan_ptr[1:] + nfan)
+        fidx.append(p.job_fan_idx + nx)
+        kptr.append(p.job_pk_ptr[1:] + nent)
+        nx, npath, nchild = nx + len(xt), npath + len(p.path_links), nchild + len(p.child_idx)
+        njob, nfan, nent = njob + len(p.jobs), nfan + len(p.job_fan_idx), nent + int(p.job_pk_ptr[-1])
+    first = parts[0]
+    return PacketProblem(
+        xt=np.concatenate(xs), path_links=np.concatenate(paths), child_ptr=np.concatenate(cptr).astype(np.int64),
+        child_idx=np.concatenate(cidx), ndeps=np.concatenate([p.ndeps for p in parts]),
+        jobs=np.concatenate(jobs).reshape(-1, 2), job_fan_ptr=np.concatenate(fptr).astype(np.int64),
+        job_fan_idx=np.concatenate(fidx).astype(np.int64), job_pk_ptr=np.concatenate(kptr).astype(np.int64),
+        link_ser=first.link_ser, link_lat=first.link_lat, link_buf=first.link_buf, link_cut=first.link_cut,
+        node_table=first.node_table, nranks=first.nranks, engines=first.engines, issue_ps=first.issue_ps,
+        reduce_ser=first.reduce_ser, wsh=min(p.wsh for p in parts), nbuckets=max(p.nbuckets for p in parts))
+
+
+def simulate_concurrent(jobs: list[Job], topo: Topology, budget: int = DEFAULT_BUDGET) -> tuple[list[float], PacketRun]:
+    """Run several collectives at the same time on one fabric (they share links, switch buffers,
+    reduction tables and message engines). Returns each job's completion time in seconds (all
+    start at 0) and the combined run."""
+    if not jobs:
+        raise ConfigError("simulate_concurrent: expected at least one job")
+    parts = []
+    for job in jobs:
+        ranks = job.ranks if job.ranks is not None else range(job.schedule.nranks)
+        parts.append(prepare(job.schedule, topo, job.block_elems, job.dtype_size,
+                             node_map_for(job.schedule, topo, ranks)))
+    merged = _merge(parts)
+    run_ = simulate(merged, budget)
+    times, start = [], 0
+    for p in parts:
+        times.append(float(run_.finish[start:start + len(p.xt)].max()) / 1e12 if len(p.xt) else 0.0)
+        start += len(p.xt)
+    return times, run_
