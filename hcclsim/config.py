@@ -13,8 +13,8 @@ from importlib import resources
 from pathlib import Path
 
 from .errors import ConfigError, suggest, unknown
-from .topology import FLAT_KINDS, SCALE_OUT_KINDS, Topology, build_flat, build_hierarchical
 from .params import DEFAULT_ENDPOINT, DEFAULT_PACKET, SWITCHING, Endpoint, PacketParams
+from .topology import FLAT_KINDS, SCALE_OUT_KINDS, Topology, build_flat, build_hierarchical
 from .units import parse_bandwidth, parse_size, parse_time
 
 PACKET_KEYS = {"mtu", "switching", "switch_buffer", "switch_latency", "reduction_table_entries"}
@@ -23,7 +23,7 @@ FLAT_KEYS = {"description", "kind", "ranks", "bandwidth", "latency", "in_switch_
     | PACKET_KEYS
 HIER_KEYS = {"description", "kind", "scale_up", "scale_out", "endpoint"}
 UP_KEYS = {"kind", "ranks", "bandwidth", "latency", "in_switch_reduce"} | PACKET_KEYS
-OUT_KEYS = {"kind", "domains", "bandwidth", "latency", "oversubscription", "leaf_size"} | PACKET_KEYS
+OUT_KEYS = {"kind", "domains", "bandwidth", "latency", "oversubscription", "leaf_size", "spines"} | PACKET_KEYS
 OPTIONAL_TABLES = {"endpoint"}          # --set may create these
 DEFAULT_PRESET = "dgx-h100"
 
@@ -195,7 +195,7 @@ def build(doc: dict, name: str, label: str, overrides: list[str] = ()) -> Topolo
             raise ConfigError(f"{up.where('in_switch_reduce')}: only a 'switch' scale-up can reduce in the switch")
         out_kind = out.get("kind", _choice(SCALE_OUT_KINDS), required=True)
         if out_kind == "rail":
-            for key in ("oversubscription", "leaf_size"):
+            for key in ("oversubscription", "leaf_size", "spines"):
                 if key in out.data:
                     raise ConfigError(f"{out.where(key)}: only a fat_tree scale-out has {key}")
         local, domains = up.get("ranks", _int(1), required=True), out.get("domains", _int(1), required=True)
@@ -208,7 +208,8 @@ def build(doc: dict, name: str, label: str, overrides: list[str] = ()) -> Topolo
             up.get("latency", parse_time, 0.0), up.get("in_switch_reduce", _bool, False), out_kind,
             domains, out.get("bandwidth", parse_bandwidth, required=True),
             out.get("latency", parse_time, 0.0), out.get("oversubscription", _number(1.0), 1.0),
-            leaf_size, spec=spec, up_packet=_packet(up), out_packet=_packet(out), endpoint=_endpoint(top))
+            leaf_size, spec=spec, up_packet=_packet(up), out_packet=_packet(out), endpoint=_endpoint(top),
+            spines=out.get("spines", _int(1), 1))
     top.check_keys(FLAT_KEYS)
     dims = top.get("dims", _dims)
     if dims is not None and kind != "torus2d":

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from .schedule import F_C3, F_DST, F_ID, F_IL, F_SRC, Schedule
-from .topology import Topology
+from .topology import HIERARCHICAL, P_KIND, P_SPINES, Topology
 
 
 def equivariant(s: Schedule) -> bool:
@@ -111,8 +111,8 @@ def link_orbits(topo: Topology, shape: tuple[int, int]):
 def _link_orbits(topo: Topology, shape: tuple[int, int]):
     D, L = shape
     n = topo.nranks
-    if D * L != n:
-        return None
+    if D * L != n or topo.params[P_KIND] == HIERARCHICAL and topo.params[P_SPINES] > 1:
+        return None              # hashed multipath routes do not move with the translations
     r = np.arange(n)
     d, l = r // L, r % L
     perms = []

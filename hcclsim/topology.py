@@ -14,7 +14,9 @@ LINK LAYOUT (per kind; ``N`` ranks)
               are the flat layout above on local ids, offset by d*U (U = scale-up
               links per domain); scale-up switch of domain d is node N + d. Then
               NIC up r -> B + r, NIC down r -> B + N + r (B = D*U); fat tree: leaf
-              k's aggregate uplink to the spine B + 2N + k and downlink
+              k's uplink to spine s B + 2N + k*S + s and spine s's downlink to leaf k
+              B + 2N + K*S + k*S + s (S spines; a flow takes spine hash(src, dst) mod S,
+              equal-cost multipath); with one spine these are leaf k's aggregate links
               B + 2N + K + k (K leaves).
 """
 
@@ -36,8 +38,8 @@ SCALE_OUT_KINDS = {"fat_tree": FAT_TREE, "rail": RAIL}
 
 # params[] layout
 P_KIND, P_N, P_X, P_Y = 0, 1, 2, 3                      # flat kinds (X, Y: torus only)
-P_D, P_L, P_UPKIND, P_U, P_OUTKIND, P_NICBASE, P_LEAF, P_NLEAF = 2, 3, 4, 5, 6, 7, 8, 9  # hierarchical
-NPARAMS = 10
+P_D, P_L, P_UPKIND, P_U, P_OUTKIND, P_NICBASE, P_LEAF, P_NLEAF, P_SPINES = 2, 3, 4, 5, 6, 7, 8, 9, 10
+NPARAMS = 11
 
 
 @dataclass(frozen=True)
@@ -177,14 +179,25 @@ def route_kernel(params, src, dst, out):
     out[k] = nic + src
     k += 1
     if params[P_OUTKIND] == FAT_TREE:
-        leaf_size, nleaf = params[P_LEAF], params[P_NLEAF]
+        leaf_size, nleaf, spines = params[P_LEAF], params[P_NLEAF], params[P_SPINES]
         ls, ld = src // leaf_size, dst // leaf_size
         if ls != ld:
-            out[k] = nic + 2 * n + ls
-            out[k + 1] = nic + 2 * n + nleaf + ld
+            s = ecmp_hash(src, dst) % spines if spines > 1 else 0
+            out[k] = nic + 2 * n + ls * spines + s
+            out[k + 1] = nic + 2 * n + nleaf * spines + ld * spines + s
             k += 2
     out[k] = nic + n + dst
     return k + 1
+
+
+@njit
+def ecmp_hash(src, dst):
+    """A deterministic flow hash (multiplicative mixing of the two ends) for equal-cost multipath."""
+    h = (src * 0x9E3779B1 + dst * 0x85EBCA77 + 0x27D4EB2F) & 0xFFFFFFFF
+    h ^= h >> 15
+    h = (h * 0x2C1B3C6D) & 0xFFFFFFFF
+    h ^= h >> 12
+    return h
 
 
 # --------------------------------------------------------------------------- builders
@@ -252,7 +265,7 @@ def build_hierarchical(name: str, up_kind: str, local: int, up_bw: float, up_lat
                        out_kind: str, domains: int, out_bw: float, out_lat: float, oversubscription: float = 1.0,
                        leaf_size: int | None = None, spec: dict | None = None,
                        up_packet: PacketParams = DEFAULT_PACKET, out_packet: PacketParams = DEFAULT_PACKET,
-                       endpoint: Endpoint = DEFAULT_ENDPOINT) -> Topology:
+                       endpoint: Endpoint = DEFAULT_ENDPOINT, spines: int = 1) -> Topology:
     ucode = FLAT_KINDS[up_kind]
     if ucode == TORUS2D:
         raise TopologyError("topology.scale_up.kind: expected switch, ring or full_mesh")
@@ -277,18 +290,19 @@ def build_hierarchical(name: str, up_kind: str, local: int, up_bw: float, up_lat
     r = np.arange(n, dtype=np.int64)
     if ocode == FAT_TREE:
         leaf_of = out_sw0 + r // leaf_size
-        spine = out_sw0 + nleaf
-        nout_sw = nleaf + 1
+        spine0 = out_sw0 + nleaf
+        nout_sw = nleaf + spines
     else:
         leaf_of = out_sw0 + r % local          # rail switch l serves NIC l of every domain
         nout_sw = local
     parts.append((r, leaf_of, np.full(n, out_bw), np.full(n, out_lat)))           # NIC up
     parts.append((leaf_of, r, np.full(n, out_bw), np.full(n, out_lat)))           # NIC down
     if ocode == FAT_TREE:
-        k = np.arange(nleaf, dtype=np.int64)
-        agg = leaf_size * out_bw / oversubscription
-        parts.append((out_sw0 + k, np.full(nleaf, spine), np.full(nleaf, agg), np.full(nleaf, out_lat)))
-        parts.append((np.full(nleaf, spine), out_sw0 + k, np.full(nleaf, agg), np.full(nleaf, out_lat)))
+        k, s = np.divmod(np.arange(nleaf * spines, dtype=np.int64), spines)     # leaf k, spine s
+        agg = np.full(nleaf * spines, leaf_size * out_bw / oversubscription / spines)
+        lat = np.full(nleaf * spines, out_lat)
+        parts.append((out_sw0 + k, spine0 + s, agg, lat))
+        parts.append((spine0 + s, out_sw0 + k, agg, lat))
     src = np.concatenate([p[0] for p in parts]).astype(np.int32)
     dst = np.concatenate([p[1] for p in parts]).astype(np.int32)
     bw = np.concatenate([p[2] for p in parts]).astype(np.float64)
@@ -297,6 +311,7 @@ def build_hierarchical(name: str, up_kind: str, local: int, up_bw: float, up_lat
     params[P_KIND], params[P_N], params[P_D], params[P_L] = HIERARCHICAL, n, domains, local
     params[P_UPKIND], params[P_U], params[P_OUTKIND] = ucode, ulinks, ocode
     params[P_NICBASE], params[P_LEAF], params[P_NLEAF] = domains * ulinks, leaf_size, nleaf
+    params[P_SPINES] = spines if ocode == FAT_TREE else 1
     up_hops = _max_hops_flat(ucode, local, 0)
     red = (up_switch0 + r // local).astype(np.int32) if in_switch_reduce else np.full(n, -1, np.int32)
     topo = Topology(name=name, kind="hierarchical", nranks=n, domains=domains, local=local, params=params,

@@ -484,3 +484,17 @@ def test_a_rank_that_cannot_send_is_a_topology_error(switch8):
     keep[3] = False                                    # rank 3's up link to the switch
     with pytest.raises(TopologyError, match="rank 3"):
         check_connected(_without(switch8, keep))
+
+
+def test_spines_spread_flows_between_leaves_by_a_deterministic_hash():
+    from hcclsim.config import load_topology
+    one = load_topology("two-tier-128", ["scale_out.leaf_size=32"])
+    four = load_topology("two-tier-128", ["scale_out.leaf_size=32", "scale_out.spines=4"])
+    assert four.nlinks == one.nlinks + 2 * 4 * 3                  # 4 leaves: 3 more uplinks and downlinks each
+    spines = {four.route(s, d)[1] for s in range(32) for d in range(32, 128) if s // 8 != d // 8}
+    assert len(spines) == 4                                         # flows from leaf 0 use every spine
+    assert four.route(3, 77) == four.route(3, 77)
+    up = four.route(3, 77)[1]
+    assert four.link_bw[up] == pytest.approx(32 * 50e9 / 4)
+    with pytest.raises(ConfigError, match="only a fat_tree scale-out has spines"):
+        load_topology("h100-cluster", ["scale_out.spines=2"])
