@@ -104,7 +104,7 @@ def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "al
     engines = parse_engines(engine)
     if not 0 <= root < topology.nranks:
         raise ConfigError(f"--root: expected a rank in 0..{topology.nranks - 1}, got {root}")
-    sizes = sorted(set(int(s) for s in sizes))
+    sizes = sorted({int(s) for s in sizes})
     frames, skipped = [], []
     for coll in [C.canonical(c) for c in collectives]:
         problem = Problem(coll, topology, root)

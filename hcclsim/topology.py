@@ -159,7 +159,7 @@ def route_kernel(params, src, dst, out):
         a = src if src < n else -1
         b = dst if dst < n else -1
         return _flat_route(kind, n, params[P_X], a, b, 0, out, 0)
-    ndom, loc, upkind, ulinks = params[P_D], params[P_L], params[P_UPKIND], params[P_U]
+    loc, upkind, ulinks = params[P_L], params[P_UPKIND], params[P_U]
     if src >= n:
         d = src - n
         return _flat_route(upkind, loc, 0, -1, dst - d * loc, d * ulinks, out, 0)
