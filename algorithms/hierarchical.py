@@ -80,7 +80,7 @@ class HierarchicalOptions:
                            "ring or full_mesh scale-up, else 1)")
     chunks: int = opt(0, "pipeline depth of the in-switch phases (0: one per chunk_size bytes, between 1 "
                          "and max_chunks)")
-    chunk_size: int = opt(256 << 10, "bytes per in-switch chunk when chunks=0")
+    chunk_size: int = opt(32 << 10, "bytes per in-switch chunk when chunks=0 (as in_switch)")
     max_chunks: int = opt(64, "upper bound on automatic chunks")
 
     def __post_init__(self):

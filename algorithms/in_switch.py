@@ -71,7 +71,8 @@ TEMPLATE_BUDGET = 4096     # automatic AllGather / ReduceScatter chunks keep P (
 @dataclass(frozen=True)
 class InSwitchOptions:
     chunks: int = opt(0, "pipelined chunks (0: one per chunk_size bytes, between 1 and max_chunks)")
-    chunk_size: int = opt(256 << 10, "bytes per chunk when chunks=0")
+    chunk_size: int = opt(32 << 10, "bytes per chunk when chunks=0 (chunks leave back to back, so finer "
+                                     "chunks only shrink the pipeline fill: under ~3 % from 1 MiB)")
     max_chunks: int = opt(64, "upper bound on automatic chunks")
 
     def __post_init__(self):

@@ -30,7 +30,7 @@ class RingOptions:
                            "bidirectional point-to-point -- ring, full_mesh, torus2d -- else 1)")
     chunks: int = opt(0, "pipelined chunks per step (0: 1 for AllReduce/AllGather/ReduceScatter; "
                          "Broadcast/Reduce one per chunk_size bytes)")
-    chunk_size: int = opt(1 << 20, "bytes per pipelined chunk for Broadcast/Reduce when chunks=0")
+    chunk_size: int = opt(128 << 10, "bytes per pipelined chunk for Broadcast/Reduce when chunks=0")
     max_chunks: int = opt(64, "upper bound on automatic chunks")
 
     def __post_init__(self):

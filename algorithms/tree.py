@@ -50,7 +50,8 @@ from hcclsim.schedule import OUT, PUT, PUT_REDUCE, Layout, ScheduleBuilder, cons
 class TreeOptions:
     chunks: int = opt(0, "pipelined chunks per tree (0: AllReduce one per chunk_size bytes up to max_chunks; "
                          "Broadcast/Reduce 1)")
-    chunk_size: int = opt(1 << 20, "bytes per pipelined chunk for AllReduce when chunks=0")
+    chunk_size: int = opt(128 << 10, "bytes per pipelined chunk for AllReduce when chunks=0 (latency is "
+                                      "paid per level, not per chunk, so finer chunks shorten the fill)")
     max_chunks: int = opt(64, "upper bound on automatic chunks")
     max_templates: int = opt(1 << 18, "cap on the schedule's templates (it bounds the chunks on large N)")
 

@@ -100,9 +100,9 @@ def test_refusals_and_auto_choice():
 def test_structure_key_follows_size_and_options():
     reducing, ring_up, mesh_up = topo(2, 4, reduce=True), topo(2, 4, up="ring"), topo(2, 4, up="full_mesh")
     sw = "hierarchical:intra=in_switch"
-    # chunks: ceil(size / 256 KiB) in 1..64, like in_switch
-    assert [key_of(sw, "all_reduce", reducing, x) for x in (256, 256 << 10, 1 << 20, 1 << 30)] == \
-        [("in_switch", 1), ("in_switch", 1), ("in_switch", 4), ("in_switch", 64)]
+    # chunks: ceil(size / 32 KiB) in 1..64, like in_switch
+    assert [key_of(sw, "all_reduce", reducing, x) for x in (256, 32 << 10, 1 << 20, 1 << 30)] == \
+        [("in_switch", 1), ("in_switch", 1), ("in_switch", 32), ("in_switch", 64)]
     assert key_of(sw + ":chunks=5", "all_reduce", reducing, 1 << 30) == ("in_switch", 5)
     assert key_of(sw + ":max_chunks=8", "all_gather", reducing, 1 << 30) == ("in_switch", 8)
     assert key_of(sw + ":chunk_size=1024", "all_reduce", reducing, 4096) == ("in_switch", 4)
@@ -224,7 +224,7 @@ def test_direct_and_in_switch_closed_forms():
     up, out = 2 * a1, 4 * a2
     t = topo(D, L, up_bw=B1, up_lat=a1, reduce=True, out_bw=B2, out_lat=a2)
     S = D * L * 4 * 1024 * 12
-    Q = 3                                     # automatic: ceil(S / 256 KiB)
+    Q = 18                                    # automatic: ceil(S / 32 KiB)
     assert key_of("hierarchical:intra=in_switch", "all_reduce", t, S) == ("in_switch", Q)
     inter_ring = 2 * (D - 1) * (out + S / (L * D * B2))
     inter_direct = 2 * (out + (D - 1) * S / (L * D * B2))
@@ -234,7 +234,7 @@ def test_direct_and_in_switch_closed_forms():
         for inter, y in (("ring", inter_ring), ("direct", inter_direct)):
             got = time_of(f"hierarchical:intra={name}:inter={inter}", "all_reduce", t, S)
             assert got == pytest.approx(x + y, rel=1e-12), (name, inter)
-    # here 2h + P/(Q B) = 422.88 ns < 2 (L-1) h = 900 ns: auto takes the in-switch phases
+    # here 2h + P/(Q B) = 320.48 ns < 2 (L-1) h = 900 ns: auto takes the in-switch phases
     auto = time_of("hierarchical", "all_reduce", t, S)
     assert auto == time_of("hierarchical:intra=in_switch", "all_reduce", t, S)
 

@@ -88,7 +88,7 @@ def test_default_chunk_count_follows_the_size():
     def key(size, a=algo):
         return a.structure_key(prob, C.sizing("all_reduce", size, 4, 8), 4)
 
-    assert key(256) == 1 and key(256 << 10) == 1 and key(1 << 20) == 4 and key(1 << 30) == 64
+    assert key(256) == 1 and key(32 << 10) == 1 and key(1 << 20) == 32 and key(1 << 30) == 64
     assert key(1 << 30, parse_spec("in_switch:chunks=5")) == 5
     assert key(1 << 30, parse_spec("in_switch:max_chunks=8")) == 8
     for coll in ("all_gather", "reduce_scatter"):        # N-1 templates per chunk: capped on many ranks
