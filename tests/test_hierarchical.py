@@ -224,19 +224,19 @@ def test_direct_and_in_switch_closed_forms():
     up, out = 2 * a1, 4 * a2
     t = topo(D, L, up_bw=B1, up_lat=a1, reduce=True, out_bw=B2, out_lat=a2)
     S = D * L * 4 * 1024 * 12
-    Q = 18                                    # automatic: ceil(S / 32 KiB)
-    assert key_of("hierarchical:intra=in_switch", "all_reduce", t, S) == ("in_switch", Q)
+    Q, cs = 3, ":chunk_size=262144"           # automatic chunks: ceil(S / 256 KiB), every chunk equal
+    assert key_of("hierarchical:intra=in_switch" + cs, "all_reduce", t, S) == ("in_switch", Q)
     inter_ring = 2 * (D - 1) * (out + S / (L * D * B2))
     inter_direct = 2 * (out + (D - 1) * S / (L * D * B2))
     intra = {"ring": 2 * (L - 1) * (up + S / (L * B1)), "direct": 2 * (up + (L - 1) * S / (L * B1)),
              "in_switch": 2 * in_switch_closed_form(L, S / L, a1, B1, Q)}
     for name, x in intra.items():
         for inter, y in (("ring", inter_ring), ("direct", inter_direct)):
-            got = time_of(f"hierarchical:intra={name}:inter={inter}", "all_reduce", t, S)
+            got = time_of(f"hierarchical:intra={name}:inter={inter}" + cs, "all_reduce", t, S)
             assert got == pytest.approx(x + y, rel=1e-12), (name, inter)
-    # here 2h + P/(Q B) = 320.48 ns < 2 (L-1) h = 900 ns: auto takes the in-switch phases
-    auto = time_of("hierarchical", "all_reduce", t, S)
-    assert auto == time_of("hierarchical:intra=in_switch", "all_reduce", t, S)
+    # here 2h + P/(Q B) = 422.88 ns < 2 (L-1) h = 900 ns: auto takes the in-switch phases
+    auto = time_of("hierarchical" + cs, "all_reduce", t, S)
+    assert auto == time_of("hierarchical:intra=in_switch" + cs, "all_reduce", t, S)
 
 
 @pytest.mark.parametrize("L", [2, 4, 5])
