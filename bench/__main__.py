@@ -12,7 +12,7 @@ import platform
 import sys
 import time
 
-BENCHMARKS = ("scale", "startup", "throughput")
+BENCHMARKS = ("scale", "startup", "throughput", "packet")
 
 
 def main(argv: list[str]) -> int:

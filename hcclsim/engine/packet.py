@@ -16,7 +16,7 @@ import numpy as np
 from ..errors import ConfigError, InternalError
 from ..expand import expand
 from ..jit import njit
-from ..schedule import F_KIND, F_N, F_NRUN, PUT_REDUCE, Schedule
+from ..schedule import DATA, F_KIND, F_N, F_NRUN, ORDER, PUT_REDUCE, Schedule
 from ..topology import Topology, route_kernel
 from . import packet_kernel as K
 from .analytic import Timing
@@ -46,8 +46,10 @@ class PacketProblem:
 
     xt: np.ndarray
     path_links: np.ndarray
-    child_ptr: np.ndarray
+    child_ptr: np.ndarray        # DATA dependents of each transfer (released when it has arrived)
     child_idx: np.ndarray
+    order_ptr: np.ndarray        # ORDER dependents (released when its last byte has left)
+    order_idx: np.ndarray
     ndeps: np.ndarray
     jobs: np.ndarray
     job_fan_ptr: np.ndarray
@@ -67,7 +69,7 @@ class PacketProblem:
     explicit: dict = field(default_factory=dict)
 
     def args(self, want_trace: bool):
-        return (self.xt, self.path_links, self.child_ptr, self.child_idx, self.ndeps, self.jobs, self.job_fan_ptr,
+        return (self.xt, self.path_links, self.child_ptr, self.child_idx, self.order_ptr, self.order_idx, self.ndeps, self.jobs, self.job_fan_ptr,
                 self.job_fan_idx, self.job_pk_ptr, self.link_ser, self.link_lat, self.link_buf, self.link_cut,
                 self.node_table, self.nranks, self.engines, self.issue_ps, self.reduce_ser, self.wsh,
                 self.nbuckets, want_trace)
@@ -84,6 +86,13 @@ class PacketProblem:
         nbytes = 8 * (X * (K.NX + 12) + len(self.path_links) + len(self.child_idx) + 2 * self.job_pk_ptr[-1]
                       + 16 * len(self.link_ser)) + 8 * 6 * min(self.packets, 4 * X + 4096)
         return events, nbytes
+
+
+def _csr(parent: np.ndarray, child: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Children of each of n transfers, as (ptr, idx), from (parent, child) pairs."""
+    order = np.argsort(parent, kind="stable")
+    return (np.searchsorted(parent[order], np.arange(n + 1)).astype(np.int64),
+            np.ascontiguousarray(child[order], np.int64))
 
 
 def _ps(seconds) -> np.ndarray:
@@ -188,9 +197,8 @@ def prepare(schedule: Schedule, topo: Topology, block_elems: int, dtype_size: in
     xt[:, K.X_REDUCE] = s.tmpl[t, F_KIND] == PUT_REDUCE
     xt[:, K.X_RANKSRC] = src < n
     consumer = np.repeat(np.arange(len(src)), np.diff(dptr))
-    order = np.argsort(didx, kind="stable")
-    child_idx = consumer[order]
-    child_ptr = np.searchsorted(didx[order], np.arange(len(src) + 1)).astype(np.int64)
+    child_ptr, child_idx = _csr(didx[ex["dkind"] == DATA], consumer[ex["dkind"] == DATA], len(src))
+    order_ptr, order_idx = _csr(didx[ex["dkind"] == ORDER], consumer[ex["dkind"] == ORDER], len(src))
     # links and switches
     tiers = topo.tiers
     is_switch = np.arange(topo.nnodes) >= n
@@ -216,7 +224,8 @@ def prepare(schedule: Schedule, topo: Topology, block_elems: int, dtype_size: in
         + ((max_pk * reduce_ser) >> K.FIX) + 1
     nbuckets = 1 << int(np.ceil(np.log2((max_delay >> wsh) + 3)))
     return PacketProblem(
-        xt=xt, path_links=links.astype(np.int64), child_ptr=child_ptr, child_idx=child_idx.astype(np.int64),
+        xt=xt, path_links=links.astype(np.int64), child_ptr=child_ptr, child_idx=child_idx,
+        order_ptr=order_ptr, order_idx=order_idx,
         ndeps=np.diff(dptr).astype(np.int64), jobs=jobs, job_fan_ptr=fan_ptr, job_fan_idx=fan_idx,
         job_pk_ptr=np.concatenate([[0], np.cumsum(npk[fan_idx[fan_ptr[:-1]]] if len(jobs) else [])]).astype(np.int64),
         link_ser=link_ser, link_lat=link_lat, link_buf=link_buf.astype(np.int64), link_cut=link_cut,
@@ -284,7 +293,8 @@ def _merge(parts: list[PacketProblem]) -> PacketProblem:
     """One problem running every part at once (same fabric): transfer, path and job ids offset."""
     zero = np.zeros(1, np.int64)
     xs, paths, cptr, cidx, jobs, fptr, fidx, kptr = [], [], [zero], [], [], [zero], [], [zero]
-    nx = npath = nchild = njob = nfan = nent = 0
+    optr, oidx = [zero], []
+    nx = npath = nchild = norder = njob = nfan = nent = 0
     for p in parts:
         xt = p.xt.copy()
         xt[:, K.X_PATH] += npath
@@ -293,6 +303,9 @@ def _merge(parts: list[PacketProblem]) -> PacketProblem:
         paths.append(p.path_links)
         cptr.append(p.child_ptr[1:] + nchild)
         cidx.append(p.child_idx + nx)
+        optr.append(p.order_ptr[1:] + norder)
+        oidx.append(p.order_idx + nx)
+        norder += len(p.order_idx)
         jobs.append(p.jobs)
         fptr.append(p.job_fan_ptr[1:] + nfan)
         fidx.append(p.job_fan_idx + nx)
@@ -302,7 +315,8 @@ def _merge(parts: list[PacketProblem]) -> PacketProblem:
     first = parts[0]
     return PacketProblem(
         xt=np.concatenate(xs), path_links=np.concatenate(paths), child_ptr=np.concatenate(cptr).astype(np.int64),
-        child_idx=np.concatenate(cidx), ndeps=np.concatenate([p.ndeps for p in parts]),
+        child_idx=np.concatenate(cidx), order_ptr=np.concatenate(optr).astype(np.int64),
+        order_idx=np.concatenate(oidx).astype(np.int64), ndeps=np.concatenate([p.ndeps for p in parts]),
         jobs=np.concatenate(jobs).reshape(-1, 2), job_fan_ptr=np.concatenate(fptr).astype(np.int64),
         job_fan_idx=np.concatenate(fidx).astype(np.int64), job_pk_ptr=np.concatenate(kptr).astype(np.int64),
         link_ser=first.link_ser, link_lat=first.link_lat, link_buf=first.link_buf, link_cut=first.link_cut,

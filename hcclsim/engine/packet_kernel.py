@@ -21,105 +21,128 @@ Model (docs/packet.md):
   contributions of a packet are in, the switch multicasts it on every fan-out transfer and
   frees the entry;
 * a packet that a rank reduces on arrival queues for the rank's reduction unit.
+
+Speed (bench/packet.py): the work an event triggers runs as *actions* on a LIFO stack. The last
+action an action pushes would be popped at once, so it is kept in a variable and run directly
+(a TRY of a port that is busy, which would do nothing, is not pushed at all, and TRY injects a
+transfer's next packet itself in the common case, as INJECT would right after it); the blocks of
+the loop are in the order of the common chains (a port frees -> it starts its next packet -> the
+transfer injects its next one; a packet arrives -> the next port starts it), which therefore run
+in one pass without touching the stack. State is row-major in a few 1-D arrays (a row per
+transfer, packet, link, rank, node) indexed with unsigned offsets. ``_run`` never allocates or
+rebinds an array (in Numba that costs reference-count traffic on every pass): when an action
+needs room that it does not have, it stops before changing anything and returns; ``packet_kernel``
+grows the array and calls ``_run`` again, which runs that action first. The machine code of
+``_run`` is sensitive to small changes (±10 %): measure with ``python -m bench packet``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..jit import njit, njit_inline
+from ..jit import njit
 
 EV_TX_DONE, EV_ARRIVE, EV_START, EV_REDUCED = 0, 1, 2, 3
 PB = 42                                   # payload bits: (id << 2) | event type
 PMASK = (1 << PB) - 1
 FIX = 16                                  # link_ser / reduce costs are ps per byte << FIX
 
-# transfer table columns
+# transfer table columns (xt, built by packet.prepare)
 X_SRC, X_DST, X_NPK, X_PKB, X_LASTB, X_PATH, X_PLEN, X_JOB, X_FUSED, X_REDUCE, X_RANKSRC = range(11)
 NX = 11
-# packet slot columns
-K_X, K_IDX, K_BYTES, K_HOP, K_TAIL, K_NEXT = range(6)
-# actions run at the current time
-A_READY, A_TRY, A_INJECT, A_ENGINES, A_WAKE_TABLE, A_COMPLETE = range(6)
+# The kernel's state is row-major in 1-D arrays: row offsets are uint64 (id << shift) and the
+# column constants below are uint64 too, so an index stays unsigned and Numba emits no
+# negative-index fix-up on the hot path.
+U = np.uint64
+# transfer rows: xt's columns (T_SRC.. = X_SRC..), then the transfer's state
+(T_SRC, T_DST, T_NPK, T_PKB, T_LASTB, T_PATH, T_PLEN, T_JOB, T_FUSED, T_REDUCE, T_RANKSRC,
+ T_NEXTPK, T_QUEUED, T_DELIV, T_NDEPS, T_XNEXT) = (U(i) for i in range(16))
+TSH = 4
+# packet rows
+P_X, P_IDX, P_BYTES, P_HOP, P_TAIL, P_NEXT, P_PATH, P_PLEN = (U(i) for i in range(8))
+PSH = 3
+# link rows
+(L_QH, L_QT, L_BUSY, L_HELD, L_USED, L_WHEAD, L_WNEXT, L_WAITING, L_BUSYPS, L_OPEN_FROM, L_OPEN_TO,
+ L_SER, L_LAT, L_BUF, L_CUT) = (U(i) for i in range(15))
+LSH = 4
+# rank rows: ready queue, free engines, reduction-unit queue
+R_QH, R_QT, R_FREE, R_RUH, R_RUT = (U(i) for i in range(5))
+RSH = 3
+# node rows: reduction-table entries in use, FIFO of transfers waiting for one, the table's size
+N_USED, N_TWH, N_TWT, N_TABLE = (U(i) for i in range(4))
+NSH = 2
+# actions; a stack entry is id << 4 | action; E_* run a popped event (8 + its type)
+A_NONE, A_TRY, A_INJECT, A_READY, A_ENGINES, A_WAKE_TABLE, A_COMPLETE, A_DELIVER = range(8)
+E_TX_DONE, E_ARRIVE, E_START, E_REDUCED = 8, 9, 10, 11
+# _run's saved scalars
+Z_NHEAP, Z_CUR, Z_POS, Z_CNT, Z_PENDING, Z_NOW, Z_NWORK, Z_NSLOTS, Z_FREE, Z_NTR, Z_CSH = range(11)
+NZ = 11
+# what _run returns: finished, or which array to grow before calling it again
+G_DONE, G_HEAP, G_BUCKETS, G_PACKETS, G_TRACE, G_LOST = range(6)
 # statistics
 S_EVENTS, S_PEAK_QUEUE, S_TABLE_PEAK, S_TABLE_STALL, S_UNFINISHED = range(5)
 NSTATS = 5
 
 
-@njit_inline
+@njit
 def _heap_push(heap, n, key):
-    """Push onto a binary min-heap with room for it (callers grow it first)."""
+    """Push onto a binary min-heap with room for it; returns the new size."""
     i = n
-    heap[i] = key
     while i > 0:
         p = (i - 1) >> 1
-        if heap[p] <= heap[i]:
+        if heap[U(p)] <= key:
             break
-        heap[p], heap[i] = heap[i], heap[p]
+        heap[U(i)] = heap[U(p)]
         i = p
+    heap[U(i)] = key
     return n + 1
 
 
 @njit
-def _grow_rows(a):
-    """The same array with twice the rows (rare path)."""
-    b = np.empty((2 * a.shape[0],) + a.shape[1:], a.dtype)
-    b[:a.shape[0]] = a
-    return b
-
-
-@njit
-def _grow_cols(a):
-    b = np.empty((a.shape[0], 2 * a.shape[1]), a.dtype)
-    b[:, :a.shape[1]] = a
-    return b
-
-
-@njit
 def _heap_pop(heap, n):
-    top = heap[0]
+    """Remove the top of a binary min-heap of n keys; returns the new size."""
     n -= 1
-    heap[0] = heap[n]
+    v = heap[U(n)]
     i = 0
     while True:
         c = 2 * i + 1
         if c >= n:
             break
-        if c + 1 < n and heap[c + 1] < heap[c]:
+        if c + 1 < n and heap[U(c + 1)] < heap[U(c)]:
             c += 1
-        if heap[i] <= heap[c]:
+        if v <= heap[U(c)]:
             break
-        heap[i], heap[c] = heap[c], heap[i]
+        heap[U(i)] = heap[U(c)]
         i = c
-    return top, n
+    heap[U(i)] = v
+    return n
 
 
 @njit
-def _qsort(a, lo, hi):
-    """Sort a[lo:hi] in place: quicksort (median of three, smaller side first, explicit stack),
-    insertion sort below 16 elements. Not recursive: Numba's cache cannot reload recursive kernels."""
-    stack = np.empty(128, np.int64)
+def _qsort(a, lo, hi, stack):
+    """Sort a[lo:hi] in place: quicksort (median of three, smaller side first, explicit stack of
+    128), insertion sort below 16 elements. Not recursive: Numba's cache cannot reload recursive kernels."""
     top = 0
     while True:
         while hi - lo > 16:
             m = (lo + hi) >> 1
             h = hi - 1
-            if a[m] < a[lo]:
-                a[m], a[lo] = a[lo], a[m]
-            if a[h] < a[m]:
-                a[h], a[m] = a[m], a[h]
-                if a[m] < a[lo]:
-                    a[m], a[lo] = a[lo], a[m]
-            piv = a[m]
+            if a[U(m)] < a[U(lo)]:
+                a[U(m)], a[U(lo)] = a[U(lo)], a[U(m)]
+            if a[U(h)] < a[U(m)]:
+                a[U(h)], a[U(m)] = a[U(m)], a[U(h)]
+                if a[U(m)] < a[U(lo)]:
+                    a[U(m)], a[U(lo)] = a[U(lo)], a[U(m)]
+            piv = a[U(m)]
             i, j = lo, h
             while True:
-                while a[i] < piv:
+                while a[U(i)] < piv:
                     i += 1
-                while piv < a[j]:
+                while piv < a[U(j)]:
                     j -= 1
                 if i >= j:
                     break
-                a[i], a[j] = a[j], a[i]
+                a[U(i)], a[U(j)] = a[U(j)], a[U(i)]
                 i += 1
                 j -= 1
             if j + 1 - lo < hi - j - 1:         # push the larger side, sort the smaller now
@@ -132,12 +155,12 @@ def _qsort(a, lo, hi):
                 lo = j + 1
             top += 2
         for i in range(lo + 1, hi):
-            v = a[i]
+            v = a[U(i)]
             j = i - 1
-            while j >= lo and a[j] > v:
-                a[j + 1] = a[j]
+            while j >= lo and a[U(j)] > v:
+                a[U(j + 1)] = a[U(j)]
                 j -= 1
-            a[j + 1] = v
+            a[U(j + 1)] = v
         if top == 0:
             return
         top -= 2
@@ -145,58 +168,488 @@ def _qsort(a, lo, hi):
         hi = stack[top + 1]
 
 
-@njit_inline
-def _room(bk, bc, heap, nheap, cur, wsh, t):
-    """0 when an event at time t can be queued without growing anything; 1: grow the heap; 2: the bucket."""
+@njit
+def _room(bc, nheap, hcap, csh, cur, wsh, mask, t, need):
+    """Whether `need` more events at time t fit without growing the heap or a bucket."""
     b = t >> wsh
     if b == cur:
-        return 1 if nheap >= len(heap) else 0
-    return 2 if bc[b & (bk.shape[0] - 1)] >= bk.shape[1] else 0
+        return nheap + need <= hcap
+    return bc[U(b & mask)] + need <= (1 << csh)
 
 
-@njit_inline
-def _queue(bk, bc, heap, nheap, cur, wsh, t, payload):
+@njit
+def _queue(bk, bc, heap, nheap, csh, cur, wsh, mask, t, payload):
     """Queue an event (room checked by _room); returns the new heap size."""
     key = ((t & ((1 << wsh) - 1)) << PB) | payload
     b = t >> wsh
     if b == cur:
         return _heap_push(heap, nheap, key)
-    bi = b & (bk.shape[0] - 1)
-    bk[bi, bc[bi]] = key
+    bi = U(b & mask)
+    bk[U((b & mask) << csh) + U(bc[bi])] = key
     bc[bi] += 1
     return nheap
 
 
-@njit_inline
-def _push(work, nwork, action, ident):
-    """Push an action (work has room for every action that can be pending: see the kernel)."""
-    work[nwork, 0] = action
-    work[nwork, 1] = ident
-    return nwork + 1
-
-
-@njit_inline
-def _fill_packet(pk, p, x, idx, nbytes, now):
-    pk[p, K_X] = x
-    pk[p, K_IDX] = idx
-    pk[p, K_BYTES] = nbytes
-    pk[p, K_HOP] = 0
-    pk[p, K_TAIL] = now
-    pk[p, K_NEXT] = -1
-
-
-@njit_inline
-def _enqueue(pk, q_head, q_tail, lk, p):
-    pk[p, K_NEXT] = -1
-    if q_tail[lk] < 0:
-        q_head[lk] = p
+@njit
+def _enqueue(pk, ls, lk, p):
+    """Append packet p to link lk's FIFO."""
+    o = U(lk) << LSH
+    pk[(U(p) << PSH) + P_NEXT] = -1
+    if ls[o + L_QT] < 0:
+        ls[o + L_QH] = p
     else:
-        pk[q_tail[lk], K_NEXT] = p
-    q_tail[lk] = p
+        pk[(U(ls[o + L_QT]) << PSH) + P_NEXT] = p
+    ls[o + L_QT] = p
 
 
 @njit
-def packet_kernel(xt, path_links, child_ptr, child_idx, ndeps0, jobs, job_fan_ptr, job_fan_idx, job_pk_ptr,
+def _new_packet(pk, xs, path_links, ls, x, k, nb, now, p):
+    """Fill slot p with packet k of transfer x and queue it at the transfer's first link (returned)."""
+    po = U(p) << PSH
+    xo = U(x) << TSH
+    pk[po + P_X] = x
+    pk[po + P_IDX] = k
+    pk[po + P_BYTES] = nb
+    pk[po + P_HOP] = 0
+    pk[po + P_TAIL] = now
+    pk[po + P_PATH] = xs[xo + T_PATH]
+    pk[po + P_PLEN] = xs[xo + T_PLEN]
+    lk = path_links[U(xs[xo + T_PATH])]
+    _enqueue(pk, ls, lk, p)
+    return lk
+
+
+@njit
+def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_fan_ptr, job_fan_idx, job_pk_ptr, jk_count, jk_held,
+         finish, start, blocked_at, ls, rs, ns, pk, tr, bk, bc, heap, work, qstack, z, stats,
+         nranks, issue_ps, reduce_ser, wsh, nbuckets, want_trace):
+    """Run events and actions until every event is done (G_DONE) or an array must grow (G_*).
+
+    One pass of the loop runs one action; the blocks are in the order of the common chains
+    (ARRIVE or TX_DONE -> TRY -> INJECT), so those fall through without looping."""
+    mask = nbuckets - 1
+    hcap = len(heap)
+    pkcap = len(pk) >> PSH
+    trcap = len(tr) // 3
+    csh = z[Z_CSH]
+    nheap, cur, pos, cnt = z[Z_NHEAP], z[Z_CUR], z[Z_POS], z[Z_CNT]
+    pending, now, nwork = z[Z_PENDING], z[Z_NOW], z[Z_NWORK]
+    nslots, free_top, ntr = z[Z_NSLOTS], z[Z_FREE], z[Z_NTR]
+    events, peak_queue = stats[S_EVENTS], stats[S_PEAK_QUEUE]
+    code = G_DONE
+    act = A_NONE
+    ident = 0
+    while True:
+        if act == A_NONE:
+            if nwork > 0:
+                nwork -= 1
+                w = work[U(nwork)]
+                act = w & 15
+                ident = w >> 4
+            else:                                                   # ---------------- next event
+                if pending == 0:
+                    break
+                if pos >= cnt and nheap == 0:                       # current bucket done: find the next
+                    bc[U(cur & mask)] = 0
+                    cur += 1
+                    guard = 0
+                    while bc[U(cur & mask)] == 0 and guard <= nbuckets:
+                        cur += 1
+                        guard += 1
+                    if guard > nbuckets:                            # lost events: a bug, never a hang
+                        code = G_LOST
+                        break
+                    cnt = bc[U(cur & mask)]
+                    _qsort(bk, (cur & mask) << csh, ((cur & mask) << csh) + cnt, qstack)
+                    pos = 0
+                kk = U(((cur & mask) << csh) + pos)
+                if nheap > 0 and (pos >= cnt or heap[0] < bk[kk]):
+                    key = heap[0]
+                    nheap = _heap_pop(heap, nheap)
+                else:
+                    key = bk[kk]
+                    pos += 1
+                pending -= 1
+                events += 1
+                now = (cur << wsh) | (key >> PB)
+                act = E_TX_DONE + (key & 3)
+                ident = (key & PMASK) >> 2
+        if act == E_ARRIVE:                                         # a packet reached the end of a link
+            p = ident
+            po = U(p) << PSH
+            hop = pk[po + P_HOP] + 1
+            if hop < pk[po + P_PLEN]:                               # on to the next port
+                pk[po + P_HOP] = hop
+                l2 = path_links[U(pk[po + P_PATH] + hop)]
+                _enqueue(pk, ls, l2, p)
+                act = A_NONE
+                if ls[(U(l2) << LSH) + L_BUSY] == 0:
+                    act = A_TRY
+                    ident = l2
+            else:
+                xo = U(pk[po + P_X]) << TSH
+                if xs[xo + T_REDUCE] == 1 and reduce_ser > 0 and xs[xo + T_DST] < nranks:
+                    ro = U(xs[xo + T_DST]) << RSH                   # queue for the rank's reduction unit
+                    t = now + ((pk[po + P_BYTES] * reduce_ser) >> FIX)
+                    if not _room(bc, nheap, hcap, csh, cur, wsh, mask, t, 1):
+                        code = G_HEAP if t >> wsh == cur else G_BUCKETS
+                        break
+                    idle = rs[ro + R_RUH] < 0
+                    pk[po + P_NEXT] = -1
+                    if rs[ro + R_RUT] < 0:
+                        rs[ro + R_RUH] = p
+                    else:
+                        pk[(U(rs[ro + R_RUT]) << PSH) + P_NEXT] = p
+                    rs[ro + R_RUT] = p
+                    if idle:
+                        nheap = _queue(bk, bc, heap, nheap, csh, cur, wsh, mask, t, (p << 2) | EV_REDUCED)
+                        pending += 1
+                    act = A_NONE
+                else:
+                    act = A_DELIVER
+        if act == E_TX_DONE:                                        # a port finished sending
+            o = U(ident) << LSH
+            ls[o + L_BUSY] = 0
+            held = ls[o + L_HELD]
+            if held > 0:                                            # the packet left this switch port
+                ls[o + L_USED] -= held
+                w = ls[o + L_WHEAD]
+                ls[o + L_WHEAD] = -1
+                while w >= 0:
+                    ls[(U(w) << LSH) + L_WAITING] = 0
+                    work[U(nwork)] = (w << 4) | A_TRY
+                    nwork += 1
+                    w = ls[(U(w) << LSH) + L_WNEXT]
+            act = A_TRY if ls[o + L_QH] >= 0 else A_NONE
+        if act == A_TRY:                                            # a port starts its next packet
+            lk = ident
+            o = U(lk) << LSH
+            p = ls[o + L_QH]
+            act = A_NONE
+            if ls[o + L_BUSY] != 0 or p < 0:
+                continue
+            po = U(p) << PSH
+            hop = pk[po + P_HOP]
+            nb = pk[po + P_BYTES]
+            cont = hop + 1 < pk[po + P_PLEN]
+            o2 = U(0)
+            used = 0
+            if cont:
+                o2 = U(path_links[U(pk[po + P_PATH] + hop + 1)]) << LSH
+                used = ls[o2 + L_USED]
+                if used > 0 and used + nb > ls[o2 + L_BUF]:
+                    if ls[o + L_WAITING] == 0:                      # wait, head of line, for credit
+                        ls[o + L_WAITING] = 1
+                        ls[o + L_WNEXT] = ls[o2 + L_WHEAD]
+                        ls[o2 + L_WHEAD] = lk
+                    continue
+            done = now + ((nb * ls[o + L_SER]) >> FIX)
+            done = max(done, pk[po + P_TAIL])                       # cannot finish before its tail is in
+            lat = ls[o + L_LAT]
+            arrive = now + lat if cont and ls[o + L_CUT] != 0 else done + lat   # cut-through: the head
+            if not (_room(bc, nheap, hcap, csh, cur, wsh, mask, done, 3)
+                    and _room(bc, nheap, hcap, csh, cur, wsh, mask, arrive, 2)):
+                heap_full = (done >> wsh == cur or arrive >> wsh == cur) and nheap + 2 > hcap
+                code = G_HEAP if heap_full else G_BUCKETS
+                act = A_TRY
+                break
+            if want_trace and ls[o + L_OPEN_FROM] >= 0 and now > ls[o + L_OPEN_TO] and ntr >= trcap:
+                code = G_TRACE
+                act = A_TRY
+                break
+            if cont:
+                used += nb
+                ls[o2 + L_USED] = used
+                peak_queue = max(peak_queue, used)
+            q = pk[po + P_NEXT]
+            ls[o + L_QH] = q
+            if q < 0:
+                ls[o + L_QT] = -1
+            ls[o + L_BUSY] = 1
+            ls[o + L_HELD] = nb if hop > 0 else 0                   # credit it held in this port's buffer
+            ls[o + L_BUSYPS] += done - now
+            if want_trace:
+                if ls[o + L_OPEN_FROM] >= 0 and now <= ls[o + L_OPEN_TO]:
+                    ls[o + L_OPEN_TO] = done
+                else:
+                    if ls[o + L_OPEN_FROM] >= 0:
+                        tr[3 * ntr] = lk
+                        tr[3 * ntr + 1] = ls[o + L_OPEN_FROM]
+                        tr[3 * ntr + 2] = ls[o + L_OPEN_TO]
+                        ntr += 1
+                    ls[o + L_OPEN_FROM] = now
+                    ls[o + L_OPEN_TO] = done
+            nheap = _queue(bk, bc, heap, nheap, csh, cur, wsh, mask, done, (lk << 2) | EV_TX_DONE)
+            nheap = _queue(bk, bc, heap, nheap, csh, cur, wsh, mask, arrive, (p << 2) | EV_ARRIVE)
+            pk[po + P_TAIL] = done + lat
+            pending += 2
+            if hop == 0:
+                x = pk[po + P_X]
+                xo = U(x) << TSH
+                if xs[xo + T_FUSED] == 0:
+                    xs[xo + T_QUEUED] = 0
+                    k = xs[xo + T_NEXTPK]
+                    npk = xs[xo + T_NPK]
+                    if k >= npk and order_ptr[x + 1] > order_ptr[x]:   # when its last byte has left
+                        nheap = _queue(bk, bc, heap, nheap, csh, cur, wsh, mask, done, (((x << 1) | 1) << 2) | EV_START)
+                        pending += 1
+                    if k < npk and xs[xo + T_JOB] < 0 and free_top >= 0:
+                        # INJECT's common case, run here: the next packet joins this (busy) port's queue
+                        q = free_top
+                        free_top = pk[(U(q) << PSH) + P_NEXT]
+                        nb = xs[xo + T_LASTB] if k == npk - 1 else xs[xo + T_PKB]
+                        _new_packet(pk, xs, path_links, ls, x, k, nb, now, q)
+                        xs[xo + T_NEXTPK] = k + 1
+                        xs[xo + T_QUEUED] = 1
+                    elif k < npk:
+                        act = A_INJECT
+                        ident = x
+                    elif xs[xo + T_RANKSRC] == 1:                   # its engine has issued the last packet
+                        r = xs[xo + T_SRC]
+                        rs[(U(r) << RSH) + R_FREE] += 1
+                        act = A_ENGINES
+                        ident = r
+        if act == A_INJECT:                                         # next packet into the first link
+            x = ident
+            if free_top < 0 and nslots >= pkcap:
+                code = G_PACKETS
+                break
+            xo = U(x) << TSH
+            k = xs[xo + T_NEXTPK]
+            act = A_NONE
+            if xs[xo + T_QUEUED] != 0 or k >= xs[xo + T_NPK]:
+                continue
+            j = xs[xo + T_JOB]
+            if j >= 0:
+                e = job_pk_ptr[j] + k
+                if jk_held[e] == 0:
+                    so = U(jobs[2 * j]) << NSH
+                    if ns[so + N_USED] >= ns[so + N_TABLE]:         # the table is full: wait in FIFO order
+                        if blocked_at[x] < 0:
+                            blocked_at[x] = now
+                        xs[xo + T_XNEXT] = -1
+                        if ns[so + N_TWT] < 0:
+                            ns[so + N_TWH] = x
+                        else:
+                            xs[(U(ns[so + N_TWT]) << TSH) + T_XNEXT] = x
+                        ns[so + N_TWT] = x
+                        continue
+                    jk_held[e] = 1
+                    ns[so + N_USED] += 1
+                    stats[S_TABLE_PEAK] = max(stats[S_TABLE_PEAK], ns[so + N_USED])
+                if blocked_at[x] >= 0:
+                    stats[S_TABLE_STALL] += now - blocked_at[x]
+                    blocked_at[x] = -1
+            nb = xs[xo + T_LASTB] if k == xs[xo + T_NPK] - 1 else xs[xo + T_PKB]
+            if free_top >= 0:
+                p = free_top
+                free_top = pk[(U(p) << PSH) + P_NEXT]
+            else:
+                p = nslots
+                nslots += 1
+            l0 = _new_packet(pk, xs, path_links, ls, x, k, nb, now, p)
+            xs[xo + T_NEXTPK] = k + 1
+            xs[xo + T_QUEUED] = 1
+            if ls[(U(l0) << LSH) + L_BUSY] == 0:
+                act = A_TRY
+                ident = l0
+            continue
+        if act == A_DELIVER:                                        # packet ident is in at its destination
+            p = ident
+            po = U(p) << PSH
+            x = pk[po + P_X]
+            xo = U(x) << TSH
+            j = xs[xo + T_JOB]
+            if j >= 0 and nslots + job_fan_ptr[j + 1] - job_fan_ptr[j] > pkcap:
+                code = G_PACKETS
+                break
+            k = pk[po + P_IDX]
+            pk[po + P_NEXT] = free_top                              # free the slot
+            free_top = p
+            xs[xo + T_DELIV] += 1
+            nxt = -1                                                # the last action pushed (runs next)
+            if xs[xo + T_DELIV] == xs[xo + T_NPK]:
+                finish[x] = now
+                nxt = (x << 4) | A_COMPLETE
+            if j >= 0:                                              # a contribution to an in-switch job
+                e = job_pk_ptr[j] + k
+                jk_count[e] += 1
+                if jk_count[e] == jobs[2 * j + 1]:
+                    sw = jobs[2 * j]
+                    so = U(sw) << NSH
+                    jk_held[e] = 0
+                    ns[so + N_USED] -= 1
+                    for f in range(job_fan_ptr[j], job_fan_ptr[j + 1]):
+                        m = job_fan_idx[f]
+                        mo = U(m) << TSH
+                        if start[m] < 0:
+                            start[m] = now
+                        nb = xs[mo + T_LASTB] if k == xs[mo + T_NPK] - 1 else xs[mo + T_PKB]
+                        if free_top >= 0:
+                            q = free_top
+                            free_top = pk[(U(q) << PSH) + P_NEXT]
+                        else:
+                            q = nslots
+                            nslots += 1
+                        lm = _new_packet(pk, xs, path_links, ls, m, k, nb, now, q)
+                        if nxt >= 0:
+                            work[U(nwork)] = nxt
+                            nwork += 1
+                        nxt = (lm << 4) | A_TRY
+                    if ns[so + N_TWH] >= 0:
+                        if nxt >= 0:
+                            work[U(nwork)] = nxt
+                            nwork += 1
+                        nxt = (sw << 4) | A_WAKE_TABLE
+            act = A_NONE
+            if nxt >= 0:
+                act = nxt & 15
+                ident = nxt >> 4
+            continue
+        if act == E_REDUCED:                                        # the reduction unit finished ident
+            p = ident
+            po = U(p) << PSH
+            ro = U(xs[(U(pk[po + P_X]) << TSH) + T_DST]) << RSH
+            q = pk[po + P_NEXT]
+            if q >= 0:
+                t = now + ((pk[(U(q) << PSH) + P_BYTES] * reduce_ser) >> FIX)
+                if not _room(bc, nheap, hcap, csh, cur, wsh, mask, t, 1):
+                    code = G_HEAP if t >> wsh == cur else G_BUCKETS
+                    break
+                rs[ro + R_RUH] = q
+                nheap = _queue(bk, bc, heap, nheap, csh, cur, wsh, mask, t, (q << 2) | EV_REDUCED)
+                pending += 1
+            else:
+                rs[ro + R_RUH] = -1
+                rs[ro + R_RUT] = -1
+            act = A_DELIVER
+        elif act == E_START:                                        # issue overhead passed, or a transfer left
+            if ident & 1:                                           # its last byte left: release order deps
+                x = ident >> 1
+                for c in range(order_ptr[x], order_ptr[x + 1]):
+                    y = order_idx[c]
+                    yo = (U(y) << TSH) + T_NDEPS
+                    xs[yo] -= 1
+                    if xs[yo] == 0:
+                        work[U(nwork)] = (y << 4) | A_READY
+                        nwork += 1
+                act = A_NONE
+            else:
+                act = A_INJECT
+                ident = ident >> 1
+        elif act == A_READY:
+            x = ident
+            xo = U(x) << TSH
+            act = A_NONE
+            if xs[xo + T_FUSED] == 1:
+                continue                                            # its job emits its packets
+            if xs[xo + T_NPK] == 0 or xs[xo + T_PLEN] == 0:
+                start[x] = now
+                finish[x] = now                                     # nothing crosses a link
+                act = A_COMPLETE
+            elif xs[xo + T_RANKSRC] == 0:                           # a switch sends: no engine
+                start[x] = now
+                act = A_INJECT
+            else:
+                r = xs[xo + T_SRC]
+                ro = U(r) << RSH
+                xs[xo + T_XNEXT] = -1
+                if rs[ro + R_QT] < 0:
+                    rs[ro + R_QH] = x
+                else:
+                    xs[(U(rs[ro + R_QT]) << TSH) + T_XNEXT] = x
+                rs[ro + R_QT] = x
+                act = A_ENGINES
+                ident = r
+        elif act == A_ENGINES:                                      # start what the free engines can
+            ro = U(ident) << RSH
+            stop = False
+            while rs[ro + R_FREE] > 0 and rs[ro + R_QH] >= 0:
+                if issue_ps > 0 and not _room(bc, nheap, hcap, csh, cur, wsh, mask, now + issue_ps, 1):
+                    code = G_HEAP if (now + issue_ps) >> wsh == cur else G_BUCKETS
+                    stop = True
+                    break
+                x = rs[ro + R_QH]
+                rs[ro + R_QH] = xs[(U(x) << TSH) + T_XNEXT]
+                if rs[ro + R_QH] < 0:
+                    rs[ro + R_QT] = -1
+                rs[ro + R_FREE] -= 1
+                start[x] = now
+                if issue_ps > 0:
+                    t = now + issue_ps
+                    nheap = _queue(bk, bc, heap, nheap, csh, cur, wsh, mask, t, (x << 3) | EV_START)
+                    pending += 1
+                else:
+                    work[U(nwork)] = (x << 4) | A_INJECT
+                    nwork += 1
+            if stop:
+                break
+            act = A_NONE
+        elif act == A_COMPLETE:
+            for c in range(child_ptr[ident], child_ptr[ident + 1]):
+                y = child_idx[c]
+                yo = (U(y) << TSH) + T_NDEPS
+                xs[yo] -= 1
+                if xs[yo] == 0:
+                    work[U(nwork)] = (y << 4) | A_READY
+                    nwork += 1
+            xo = U(ident) << TSH
+            if xs[xo + T_NPK] == 0 or xs[xo + T_PLEN] == 0 or xs[xo + T_FUSED] == 1:
+                for c in range(order_ptr[ident], order_ptr[ident + 1]):   # never 'left' on its own: now
+                    y = order_idx[c]
+                    yo = (U(y) << TSH) + T_NDEPS
+                    xs[yo] -= 1
+                    if xs[yo] == 0:
+                        work[U(nwork)] = (y << 4) | A_READY
+                        nwork += 1
+            act = A_NONE
+        elif act == A_WAKE_TABLE:                                   # retry in FIFO order
+            so = U(ident) << NSH
+            y = ns[so + N_TWH]
+            ns[so + N_TWH] = -1
+            ns[so + N_TWT] = -1
+            base = nwork
+            while y >= 0:
+                work[U(nwork)] = (y << 4) | A_INJECT
+                nwork += 1
+                y = xs[(U(y) << TSH) + T_XNEXT]
+            i, j2 = base, nwork - 1                                 # reverse: the first one runs first
+            while i < j2:
+                work[i], work[j2] = work[j2], work[i]
+                i += 1
+                j2 -= 1
+            act = A_NONE
+    if act != A_NONE:                                               # stopped for room: run it again first
+        work[U(nwork)] = (ident << 4) | act
+        nwork += 1
+    z[Z_NHEAP], z[Z_CUR], z[Z_POS], z[Z_CNT] = nheap, cur, pos, cnt
+    z[Z_PENDING], z[Z_NOW], z[Z_NWORK] = pending, now, nwork
+    z[Z_NSLOTS], z[Z_FREE], z[Z_NTR] = nslots, free_top, ntr
+    stats[S_EVENTS], stats[S_PEAK_QUEUE] = events, peak_queue
+    return code
+
+
+@njit
+def _grown(a, n):
+    """a, or a copy of it with room for n items when it has less."""
+    if n <= len(a):
+        return a
+    b = np.empty(n, a.dtype)
+    b[:len(a)] = a
+    return b
+
+
+@njit
+def _rows(tr, ntr):
+    """The first ntr trace rows as an (ntr, 3) array."""
+    out = np.empty((ntr, 3), np.int64)
+    for i in range(ntr):
+        out[i, 0], out[i, 1], out[i, 2] = tr[3 * i], tr[3 * i + 1], tr[3 * i + 2]
+    return out
+
+
+@njit
+def packet_kernel(xt, path_links, child_ptr, child_idx, order_ptr, order_idx, ndeps0, jobs, job_fan_ptr, job_fan_idx, job_pk_ptr,
                   link_ser, link_lat, link_buf, link_cut, node_table, nranks, engines, issue_ps, reduce_ser,
                   wsh, nbuckets, want_trace):
     """Simulate every transfer of an explicit schedule.
@@ -211,370 +664,87 @@ def packet_kernel(xt, path_links, child_ptr, child_idx, ndeps0, jobs, job_fan_pt
     X = xt.shape[0]
     L = len(link_ser)
     N = nranks
-    ndeps = ndeps0.copy()
-    next_pk = np.zeros(X, np.int64)
-    queued = np.zeros(X, np.bool_)
-    delivered = np.zeros(X, np.int64)
-    finish = np.full(X, -1, np.int64)
-    start = np.full(X, -1, np.int64)
-    xnext = np.full(X, -1, np.int64)            # links of the per-rank ready queues and table queues
-    blocked_at = np.full(X, -1, np.int64)
-    rq_head = np.full(N, -1, np.int64)
-    rq_tail = np.full(N, -1, np.int64)
-    free_eng = np.full(N, engines, np.int64)
-    pk = np.empty((1024, 6), np.int64)
-    nslots = 0
-    free_top = -1
-    q_head = np.full(L, -1, np.int64)
-    q_tail = np.full(L, -1, np.int64)
-    busy = np.zeros(L, np.bool_)
-    cur_held = np.zeros(L, np.int64)
-    buf_used = np.zeros(L, np.int64)
-    w_head = np.full(L, -1, np.int64)           # ports waiting for room in this port's buffer
-    w_next = np.full(L, -1, np.int64)
-    waiting = np.zeros(L, np.bool_)
-    busy_ps = np.zeros(L, np.int64)
-    ru_head = np.full(N, -1, np.int64)
-    ru_tail = np.full(N, -1, np.int64)
+    nnodes = len(node_table)
+    xs = np.zeros(X << TSH, np.int64)
+    for x in range(X):
+        for c in range(NX):
+            xs[(x << TSH) + c] = xt[x, c]
+        xs[(U(x) << TSH) + T_NDEPS] = ndeps0[x]
+        xs[(U(x) << TSH) + T_XNEXT] = -1
+    ls = np.zeros(L << LSH, np.int64)
+    for lk in range(L):
+        o = U(lk) << LSH
+        ls[o + L_QH] = ls[o + L_QT] = ls[o + L_WHEAD] = ls[o + L_WNEXT] = ls[o + L_OPEN_FROM] = -1
+        ls[o + L_SER], ls[o + L_LAT] = link_ser[lk], link_lat[lk]
+        ls[o + L_BUF], ls[o + L_CUT] = link_buf[lk], link_cut[lk]
+    rs = np.full(N << RSH, -1, np.int64)
+    for r in range(N):
+        rs[(U(r) << RSH) + R_FREE] = engines
+    ns = np.full(nnodes << NSH, -1, np.int64)
+    for sw in range(nnodes):
+        ns[(U(sw) << NSH) + N_USED] = 0
+        ns[(U(sw) << NSH) + N_TABLE] = node_table[sw]
+    jobf = np.empty(2 * jobs.shape[0], np.int64)
+    for j in range(jobs.shape[0]):
+        jobf[2 * j], jobf[2 * j + 1] = jobs[j, 0], jobs[j, 1]
     nentries = job_pk_ptr[len(job_pk_ptr) - 1]
     jk_count = np.zeros(nentries, np.int64)
-    jk_held = np.zeros(nentries, np.bool_)
-    nnodes = len(node_table)
-    tbl_used = np.zeros(nnodes, np.int64)
-    tw_head = np.full(nnodes, -1, np.int64)
-    tw_tail = np.full(nnodes, -1, np.int64)
+    jk_held = np.zeros(nentries, np.int64)
+    finish = np.full(X, -1, np.int64)
+    start = np.full(X, -1, np.int64)
+    blocked_at = np.full(X, -1, np.int64)
     stats = np.zeros(NSTATS, np.int64)
-    tr = np.empty((1024 if want_trace else 0, 3), np.int64)
-    ntr = 0
-    open_from = np.full(L, -1, np.int64)
-    open_to = np.zeros(L, np.int64)
-    bk = np.empty((nbuckets, 64), np.int64)
+    pk = np.empty(1024 << PSH, np.int64)
+    tr = np.empty(3 * 1024 if want_trace else 0, np.int64)
+    z = np.zeros(NZ, np.int64)
+    z[Z_FREE] = -1
+    z[Z_CSH] = 6                                # 64 events per bucket to start with
+    bk = np.empty(nbuckets << 6, np.int64)
     bc = np.zeros(nbuckets, np.int64)
     heap = np.empty(64, np.int64)
-    nheap = 0
-    cur = 0                                     # the bucket being drained
-    pos = 0
-    cnt = 0                                     # bc of the current bucket when it was sorted
-    pending = 0
-    now = 0
+    qstack = np.empty(128, np.int64)
     # every action that can be pending at once: a READY, COMPLETE and INJECT or two per transfer,
     # TRYs per link (its own and its waiters'), ENGINES per rank, WAKE per switch
-    work = np.empty((3 * X + 4 * L + 2 * N + nnodes + 1024, 2), np.int64)
+    work = np.empty(3 * X + 4 * L + 2 * N + nnodes + 1024, np.int64)
     nwork = 0
     for x in range(X - 1, -1, -1):              # stack: transfer 0 runs first
-        if ndeps[x] == 0:
-            nwork = _push(work, nwork, A_READY, x)
-
+        if ndeps0[x] == 0:
+            work[nwork] = (x << 4) | A_READY
+            nwork += 1
+    z[Z_NWORK] = nwork
     while True:
-        # ---------------------------------------------------------------- actions at 'now'
-        while nwork > 0:
-            nwork -= 1
-            act = work[nwork, 0]
-            ident = work[nwork, 1]
-            if act == A_TRY:                                        # a port starts its next packet
-                lk = ident
-                if busy[lk] or q_head[lk] < 0:
-                    continue
-                p = q_head[lk]
-                x = pk[p, K_X]
-                hop = pk[p, K_HOP]
-                nb = pk[p, K_BYTES]
-                cont = hop + 1 < xt[x, X_PLEN]
-                if cont:
-                    l2 = path_links[xt[x, X_PATH] + hop + 1]
-                    if buf_used[l2] > 0 and buf_used[l2] + nb > link_buf[l2]:
-                        if not waiting[lk]:
-                            waiting[lk] = True
-                            w_next[lk] = w_head[l2]
-                            w_head[l2] = lk
-                        continue
-                    buf_used[l2] += nb
-                    stats[S_PEAK_QUEUE] = max(stats[S_PEAK_QUEUE], buf_used[l2])
-                q_head[lk] = pk[p, K_NEXT]
-                if q_head[lk] < 0:
-                    q_tail[lk] = -1
-                busy[lk] = True
-                cur_held[lk] = nb if hop > 0 else 0                 # credit it held in this port's buffer
-                done = now + ((nb * link_ser[lk]) >> FIX)
-                done = max(done, pk[p, K_TAIL])                            # cannot finish before its tail is in
-                busy_ps[lk] += done - now
-                if want_trace:
-                    if open_from[lk] >= 0 and now <= open_to[lk]:
-                        open_to[lk] = done
-                    else:
-                        if open_from[lk] >= 0:
-                            if ntr >= tr.shape[0]:
-                                t2 = np.empty((2 * tr.shape[0], 3), np.int64)
-                                t2[:ntr] = tr[:ntr]
-                                tr = t2
-                            tr[ntr, 0] = lk
-                            tr[ntr, 1] = open_from[lk]
-                            tr[ntr, 2] = open_to[lk]
-                            ntr += 1
-                        open_from[lk] = now
-                        open_to[lk] = done
-                room = _room(bk, bc, heap, nheap, cur, wsh, done)
-                if room == 1:
-                    heap = _grow_rows(heap)
-                elif room == 2:
-                    bk = _grow_cols(bk)
-                nheap = _queue(bk, bc, heap, nheap, cur, wsh, done, (lk << 2) | EV_TX_DONE)
-                if cont and link_cut[lk]:
-                    arrive = now + link_lat[lk]                     # the head reaches the switch
-                else:
-                    arrive = done + link_lat[lk]
-                pk[p, K_TAIL] = done + link_lat[lk]
-                room = _room(bk, bc, heap, nheap, cur, wsh, arrive)
-                if room == 1:
-                    heap = _grow_rows(heap)
-                elif room == 2:
-                    bk = _grow_cols(bk)
-                nheap = _queue(bk, bc, heap, nheap, cur, wsh, arrive, (p << 2) | EV_ARRIVE)
-                pending += 2
-                if hop == 0 and xt[x, X_FUSED] == 0:
-                    queued[x] = False
-                    if next_pk[x] >= xt[x, X_NPK]:
-                        if xt[x, X_RANKSRC] == 1:                   # its engine has issued the last packet
-                            free_eng[xt[x, X_SRC]] += 1
-                            nwork = _push(work, nwork, A_ENGINES, xt[x, X_SRC])
-                    else:
-                        nwork = _push(work, nwork, A_INJECT, x)
-            elif act == A_INJECT:                                   # next packet into the first link
-                x = ident
-                if queued[x] or next_pk[x] >= xt[x, X_NPK]:
-                    continue
-                k = next_pk[x]
-                j = xt[x, X_JOB]
-                if j >= 0:
-                    e = job_pk_ptr[j] + k
-                    if not jk_held[e]:
-                        sw = jobs[j, 0]
-                        if tbl_used[sw] >= node_table[sw]:
-                            if blocked_at[x] < 0:
-                                blocked_at[x] = now
-                            xnext[x] = -1
-                            if tw_tail[sw] < 0:
-                                tw_head[sw] = x
-                            else:
-                                xnext[tw_tail[sw]] = x
-                            tw_tail[sw] = x
-                            continue
-                        jk_held[e] = True
-                        tbl_used[sw] += 1
-                        stats[S_TABLE_PEAK] = max(stats[S_TABLE_PEAK], tbl_used[sw])
-                    if blocked_at[x] >= 0:
-                        stats[S_TABLE_STALL] += now - blocked_at[x]
-                        blocked_at[x] = -1
-                nb = xt[x, X_LASTB] if k == xt[x, X_NPK] - 1 else xt[x, X_PKB]
-                if free_top >= 0:
-                    p = free_top
-                    free_top = pk[p, K_NEXT]
-                else:
-                    if nslots >= pk.shape[0]:
-                        pk = _grow_rows(pk)
-                    p = nslots
-                    nslots += 1
-                _fill_packet(pk, p, x, k, nb, now)
-                next_pk[x] = k + 1
-                queued[x] = True
-                l0 = path_links[xt[x, X_PATH]]
-                _enqueue(pk, q_head, q_tail, l0, p)
-                nwork = _push(work, nwork, A_TRY, l0)
-            elif act == A_READY:
-                x = ident
-                if xt[x, X_FUSED] == 1:
-                    continue                                        # its job emits its packets
-                if xt[x, X_NPK] == 0 or xt[x, X_PLEN] == 0:
-                    start[x] = now
-                    finish[x] = now                                 # nothing crosses a link
-                    nwork = _push(work, nwork, A_COMPLETE, x)
-                elif xt[x, X_RANKSRC] == 0:                         # a switch sends: no engine
-                    start[x] = now
-                    nwork = _push(work, nwork, A_INJECT, x)
-                else:
-                    r = xt[x, X_SRC]
-                    xnext[x] = -1
-                    if rq_tail[r] < 0:
-                        rq_head[r] = x
-                    else:
-                        xnext[rq_tail[r]] = x
-                    rq_tail[r] = x
-                    nwork = _push(work, nwork, A_ENGINES, r)
-            elif act == A_ENGINES:                                  # start what the free engines can
-                r = ident
-                while free_eng[r] > 0 and rq_head[r] >= 0:
-                    x = rq_head[r]
-                    rq_head[r] = xnext[x]
-                    if rq_head[r] < 0:
-                        rq_tail[r] = -1
-                    free_eng[r] -= 1
-                    start[x] = now
-                    if issue_ps > 0:
-                        room = _room(bk, bc, heap, nheap, cur, wsh, now + issue_ps)
-                        if room == 1:
-                            heap = _grow_rows(heap)
-                        elif room == 2:
-                            bk = _grow_cols(bk)
-                        nheap = _queue(bk, bc, heap, nheap, cur, wsh, now + issue_ps, (x << 2) | EV_START)
-                        pending += 1
-                    else:
-                        nwork = _push(work, nwork, A_INJECT, x)
-            elif act == A_COMPLETE:
-                x = ident
-                for c in range(child_ptr[x], child_ptr[x + 1]):
-                    y = child_idx[c]
-                    ndeps[y] -= 1
-                    if ndeps[y] == 0:
-                        nwork = _push(work, nwork, A_READY, y)
-            else:                                                   # A_WAKE_TABLE: retry in FIFO order
-                sw = ident
-                y = tw_head[sw]
-                tw_head[sw] = -1
-                tw_tail[sw] = -1
-                base = nwork
-                while y >= 0:
-                    nwork = _push(work, nwork, A_INJECT, y)
-                    y = xnext[y]
-                i, j2 = base, nwork - 1                             # reverse: the stack pops the first one first
-                while i < j2:
-                    work[i, 1], work[j2, 1] = work[j2, 1], work[i, 1]
-                    i += 1
-                    j2 -= 1
-        # ---------------------------------------------------------------- next event
-        if pending == 0:
-            break
-        if pos >= cnt and nheap == 0:                               # current bucket done: find the next
-            bc[cur & (nbuckets - 1)] = 0
-            cur += 1
-            guard = 0
-            while bc[cur & (nbuckets - 1)] == 0:
-                cur += 1
-                guard += 1
-                if guard > nbuckets:                                # lost events: a bug, never a hang
-                    stats[S_UNFINISHED] = -1
-                    return finish, start, busy_ps, stats, tr[:ntr]
-            cnt = bc[cur & (nbuckets - 1)]
-            _qsort(bk[cur & (nbuckets - 1)], 0, cnt)
-            pos = 0
-        bi = cur & (nbuckets - 1)
-        if nheap > 0 and (pos >= cnt or heap[0] < bk[bi, pos]):
-            key, nheap = _heap_pop(heap, nheap)
+        code = _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobf, job_fan_ptr, job_fan_idx, job_pk_ptr,
+                    jk_count, jk_held, finish, start, blocked_at, ls, rs, ns, pk, tr, bk, bc, heap, work,
+                    qstack, z, stats, N, issue_ps, reduce_ser, wsh, nbuckets, want_trace)
+        if code == G_HEAP:
+            heap = _grown(heap, 2 * len(heap))
+        elif code == G_BUCKETS:
+            csh = z[Z_CSH]
+            bk2 = np.empty(nbuckets << (csh + 1), np.int64)
+            for b in range(nbuckets):
+                bk2[b << (csh + 1): (b << (csh + 1)) + bc[b]] = bk[b << csh: (b << csh) + bc[b]]
+            bk = bk2
+            z[Z_CSH] = csh + 1
+        elif code == G_PACKETS:
+            pk = _grown(pk, 2 * len(pk))
+        elif code == G_TRACE:
+            tr = _grown(tr, 2 * len(tr) + 3)
         else:
-            key = bk[bi, pos]
-            pos += 1
-        pending -= 1
-        stats[S_EVENTS] += 1
-        now = (cur << wsh) | (key >> PB)
-        payload = key & PMASK
-        typ = payload & 3
-        ident = payload >> 2
-        if typ == EV_TX_DONE:
-            lk = ident
-            busy[lk] = False
-            if cur_held[lk] > 0:                                    # the packet left this switch port
-                buf_used[lk] -= cur_held[lk]
-                w = w_head[lk]
-                w_head[lk] = -1
-                while w >= 0:
-                    waiting[w] = False
-                    nwork = _push(work, nwork, A_TRY, w)
-                    w = w_next[w]
-            nwork = _push(work, nwork, A_TRY, lk)
-        elif typ == EV_START:
-            nwork = _push(work, nwork, A_INJECT, ident)
-        deliver = -1
-        if typ == EV_ARRIVE:
-            p = ident
-            x = pk[p, K_X]
-            hop = pk[p, K_HOP] + 1
-            if hop < xt[x, X_PLEN]:                                 # on to the next port
-                pk[p, K_HOP] = hop
-                l2 = path_links[xt[x, X_PATH] + hop]
-                _enqueue(pk, q_head, q_tail, l2, p)
-                nwork = _push(work, nwork, A_TRY, l2)
-            elif xt[x, X_REDUCE] == 1 and reduce_ser > 0 and xt[x, X_DST] < N:
-                r = xt[x, X_DST]                                    # queue for the rank's reduction unit
-                idle = ru_head[r] < 0
-                pk[p, K_NEXT] = -1
-                if ru_tail[r] < 0:
-                    ru_head[r] = p
-                else:
-                    pk[ru_tail[r], K_NEXT] = p
-                ru_tail[r] = p
-                if idle:
-                    room = _room(bk, bc, heap, nheap, cur, wsh, now + ((pk[p, K_BYTES] * reduce_ser) >> FIX))
-                    if room == 1:
-                        heap = _grow_rows(heap)
-                    elif room == 2:
-                        bk = _grow_cols(bk)
-                    nheap = _queue(bk, bc, heap, nheap, cur, wsh, now + ((pk[p, K_BYTES] * reduce_ser) >> FIX), (p << 2) | EV_REDUCED)
-                    pending += 1
-            else:
-                deliver = p
-        elif typ == EV_REDUCED:                                     # the reduction unit finished ident
-            p = ident
-            r = xt[pk[p, K_X], X_DST]
-            ru_head[r] = pk[p, K_NEXT]
-            if ru_head[r] < 0:
-                ru_tail[r] = -1
-            else:
-                q = ru_head[r]
-                room = _room(bk, bc, heap, nheap, cur, wsh, now + ((pk[q, K_BYTES] * reduce_ser) >> FIX))
-                if room == 1:
-                    heap = _grow_rows(heap)
-                elif room == 2:
-                    bk = _grow_cols(bk)
-                nheap = _queue(bk, bc, heap, nheap, cur, wsh, now + ((pk[q, K_BYTES] * reduce_ser) >> FIX), (q << 2) | EV_REDUCED)
-                pending += 1
-            deliver = p
-        if deliver >= 0:
-            p = deliver
-            x = pk[p, K_X]
-            k = pk[p, K_IDX]
-            pk[p, K_NEXT] = free_top                                # free the slot
-            free_top = p
-            delivered[x] += 1
-            if delivered[x] == xt[x, X_NPK]:
-                finish[x] = now
-                nwork = _push(work, nwork, A_COMPLETE, x)
-            j = xt[x, X_JOB]
-            if j >= 0:                                              # a contribution to an in-switch job
-                e = job_pk_ptr[j] + k
-                jk_count[e] += 1
-                if jk_count[e] == jobs[j, 1]:
-                    sw = jobs[j, 0]
-                    jk_held[e] = False
-                    tbl_used[sw] -= 1
-                    for f in range(job_fan_ptr[j], job_fan_ptr[j + 1]):
-                        m = job_fan_idx[f]
-                        if start[m] < 0:
-                            start[m] = now
-                        nb = xt[m, X_LASTB] if k == xt[m, X_NPK] - 1 else xt[m, X_PKB]
-                        if free_top >= 0:
-                            q = free_top
-                            free_top = pk[q, K_NEXT]
-                        else:
-                            if nslots >= pk.shape[0]:
-                                pk = _grow_rows(pk)
-                            q = nslots
-                            nslots += 1
-                        _fill_packet(pk, q, m, k, nb, now)
-                        lm = path_links[xt[m, X_PATH]]
-                        _enqueue(pk, q_head, q_tail, lm, q)
-                        nwork = _push(work, nwork, A_TRY, lm)
-                    if tw_head[sw] >= 0:
-                        nwork = _push(work, nwork, A_WAKE_TABLE, sw)
-    for lk in range(L):
-        if want_trace and open_from[lk] >= 0:
-            if ntr >= tr.shape[0]:
-                t2 = np.empty((2 * tr.shape[0] + 1, 3), np.int64)
-                t2[:ntr] = tr[:ntr]
-                tr = t2
-            tr[ntr, 0] = lk
-            tr[ntr, 1] = open_from[lk]
-            tr[ntr, 2] = open_to[lk]
-            ntr += 1
+            break
+    busy_ps = ls[L_BUSYPS::1 << LSH].copy()
+    ntr = z[Z_NTR]
+    if code == G_LOST:
+        stats[S_UNFINISHED] = -1
+        return finish, start, busy_ps, stats, _rows(tr, ntr)
+    if want_trace:
+        tr = _grown(tr, 3 * (ntr + L))
+        for lk in range(L):
+            if ls[(U(lk) << LSH) + L_OPEN_FROM] >= 0:
+                tr[3 * ntr] = lk
+                tr[3 * ntr + 1] = ls[(U(lk) << LSH) + L_OPEN_FROM]
+                tr[3 * ntr + 2] = ls[(U(lk) << LSH) + L_OPEN_TO]
+                ntr += 1
     for x in range(X):
         if finish[x] < 0:
             stats[S_UNFINISHED] += 1
-    return finish, start, busy_ps, stats, tr[:ntr]
+    return finish, start, busy_ps, stats, _rows(tr, ntr)
