@@ -36,4 +36,4 @@ def counts_to_check(n: int):
     return sorted({1, 3, 7, n, 2 * n + 1, 64, 97})
 
 
-__all__ = ["compile_for", "time_of", "busbw", "counts_to_check", "np"]
+__all__ = ["busbw", "compile_for", "counts_to_check", "np", "time_of"]
