@@ -29,7 +29,7 @@ RANKS = (8, 64, 512)
 REPS_UP_TO = 64                 # best of 2 runs up to this many ranks (seconds each), one run above
 MTU, BW, LAT = 4096, 50e9, 500e-9
 C_SOURCES = (os.environ.get("HCCLSIM_REF_LOOP", ""), str(ROOT / "bench" / "ring_event_loop.c"),
-             "/work/shared/reference/ring_event_loop.c")
+             str(ROOT.parent / "shared" / "reference" / "ring_event_loop.c"))     # shared/ beside the clone
 
 
 def build_reference(tmp: str) -> tuple[str | None, str]:
