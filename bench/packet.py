@@ -7,7 +7,8 @@ here with ``gcc -O2``; ours is ``hcclsim.engine.packet`` on ``build_flat("ref", 
 warm-up call on a tiny problem so that JIT compilation is not counted, best of two runs up to 64
 ranks, one run at 512; ``prepare()`` is reported apart. Both count the same events. Our completion
 time is later by (2N-3)(2L + P/B) (the table shows both): a ring step waits for the whole previous
-step to arrive (a transfer-level dependency), where the C loop forwards each packet once it is in.
+step to arrive (a transfer-level dependency), where the C loop forwards each packet once it is in;
+the pipelined ring (``ring:chunks=4``) hides that gap and matches the C loop to 1e-5.
 
 Set HCCLSIM_REF_LOOP to the C file if it is elsewhere; without it or without gcc, only our engine runs.
 """
@@ -59,7 +60,7 @@ def run_reference(exe: str, n: int) -> dict:
     return best
 
 
-def problem(n: int, size: int):
+def problem(n: int, size: int, spec: str = "ring"):
     """(prepared PacketProblem, prepare() seconds) for ring AllReduce of size bytes on n ranks."""
     from hcclsim import collectives as C
     from hcclsim.algorithm import Problem, parse_spec
@@ -69,7 +70,7 @@ def problem(n: int, size: int):
 
     pp = PacketParams(mtu=MTU, switching="store_and_forward")
     topo = build_flat("ref", "switch", n, BW, LAT, packet=pp)
-    algo, pr = parse_spec("ring"), Problem("all_reduce", topo)
+    algo, pr = parse_spec(spec), Problem("all_reduce", topo)
     sz = C.sizing("all_reduce", size, 4, n)
     schedule = algo.compile(pr, algo.structure_key(pr, sz, 4))
     t0 = time.perf_counter()
@@ -119,12 +120,22 @@ def main(argv=()) -> int:
                 speed = (ours["events"] / ours["wall"]) / (ref["events"] / ref["wall"])
                 ratios.append([f"N={n}", f"{speed:.2f}", f"{ours['done_ps'] / ref['done_ps']:.4f}",
                                f"{ours['done_ps'] - ref['done_ps']:,}", f"{extra:,.0f}",
-                               "yes" if ours["events"] == ref["events"] else "NO"])
+                               f"{ours['events'] - ref['events']:+,}"])
             print(f"   N={n} done", flush=True)
         print(table(["run", "done_ps", "events", "wall_s", "Mevents/s", "prepare_s"], rows))
         if ratios:
             print(table(["ranks", "speed ours/C", "time ours/C", "time ours-C ps", "(2N-3)(2L+P/B) ps",
-                         "same events"], ratios))
+                         "events ours-C"], ratios))
+            note("events ours-C: one 'has left' event per transfer that releases order dependencies")
+        if exe:                     # a pipelined ring forwards chunk by chunk and hides the per-step gap
+            rows = []
+            for n in RANKS[:2]:
+                prob, _ = problem(n, SIZE, "ring:chunks=4")
+                finish = K.packet_kernel(*prob.args(False))[0]
+                ref = run_reference(exe, n)
+                rows.append([f"N={n}", f"{int(finish.max()):,}", f"{ref['done_ps']:,}",
+                             f"{finish.max() / ref['done_ps']:.5f}"])
+            print(table(["ring:chunks=4", "done_ps ours", "done_ps C", "time ours/C"], rows))
     return 0
 
 
