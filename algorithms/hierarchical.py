@@ -62,7 +62,7 @@ from hcclsim.algorithms._phases import (
 )
 
 from hcclsim import collectives as C
-from hcclsim.algorithm import Algorithm, Problem, opt, register
+from hcclsim.algorithm import Algorithm, Problem, auto_chunks, opt, register
 from hcclsim.schedule import IN, OUT, PUT, TMP, Affine, Layout, ScheduleBuilder, const, rot
 
 INTRA = ("auto", "ring", "direct", "in_switch")
@@ -119,9 +119,8 @@ class Hierarchical(Algorithm):
     def _chunks(self, problem: Problem, size: int) -> int:
         if self.options.chunks:
             return self.options.chunks
-        per = -(-size // self.options.chunk_size)
         cap = max(1, TEMPLATE_BUDGET // max(1, problem.topology.local - 1))
-        return int(min(max(per, 1), self.options.max_chunks, cap))
+        return min(auto_chunks(size, self.options.chunk_size, self.options.max_chunks), cap)
 
     def _intra(self, problem: Problem, size: int) -> str:
         choice = self.options.intra

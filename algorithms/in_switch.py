@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hcclsim import collectives as C
-from hcclsim.algorithm import Algorithm, Problem, opt, register
+from hcclsim.algorithm import Algorithm, Problem, auto_chunks, opt, register
 from hcclsim.schedule import (
     DEP_ALL,
     DEP_SHIFT,
@@ -103,8 +103,7 @@ class InSwitch(Algorithm):
     def structure_key(self, problem, sizing, dtype_size):
         if self.options.chunks:
             return self.options.chunks
-        per = -(-sizing.size_bytes // self.options.chunk_size)
-        P = min(max(per, 1), self.options.max_chunks)
+        P = auto_chunks(sizing.size_bytes, self.options.chunk_size, self.options.max_chunks)
         if problem.collective in (C.ALL_GATHER, C.REDUCE_SCATTER):
             # N-1 templates per chunk, and only a 1/N-sized fill (drain) to hide: past
             # P (N-1) ~ 4096 the gain is below 0.03 % while the schedule grows as P N.

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hcclsim import collectives as C
-from hcclsim.algorithm import Algorithm, Problem, opt, register
+from hcclsim.algorithm import Algorithm, Problem, auto_chunks, opt, register
 from hcclsim.schedule import OUT, PUT, PUT_REDUCE, Layout, ScheduleBuilder, const, order, rank_of, rot
 
 
@@ -55,8 +55,7 @@ class Ring(Algorithm):
         if self.options.chunks:
             return self.options.chunks
         if problem.collective in (C.BROADCAST, C.REDUCE):
-            per = -(-sizing.size_bytes // self.options.chunk_size)
-            return int(min(max(per, 1), self.options.max_chunks))
+            return auto_chunks(sizing.size_bytes, self.options.chunk_size, self.options.max_chunks)
         return 1
 
     def compile(self, problem: Problem, key):

@@ -42,7 +42,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hcclsim import collectives as C
-from hcclsim.algorithm import Algorithm, Problem, opt, register
+from hcclsim.algorithm import Algorithm, Problem, auto_chunks, opt, register
 from hcclsim.schedule import OUT, PUT, PUT_REDUCE, Layout, ScheduleBuilder, const, order
 
 
@@ -75,7 +75,7 @@ class Tree(Algorithm):
         if o.chunks:
             want = o.chunks
         elif problem.collective == C.ALL_REDUCE:
-            want = min(max(-(-sizing.size_bytes // o.chunk_size), 1), o.max_chunks)
+            want = auto_chunks(sizing.size_bytes, o.chunk_size, o.max_chunks)
         else:
             want = 1
         return int(min(want, cap))

@@ -72,8 +72,8 @@ class Algorithm:
         return None
 
     def structure_key(self, problem: Problem, sizing: Sizing, dtype_size: int):
-        """Sizes with equal keys share one compiled schedule (most algorithms: one for all sizes)."""
-        return None
+        """Sizes with equal keys share one compiled schedule (most algorithms: one for all sizes,
+        key None)."""
 
     def compile(self, problem: Problem, key) -> Schedule:
         raise NotImplementedError
@@ -139,6 +139,11 @@ def option_help(cls) -> list[tuple[str, object, str]]:
 def opt(default, help: str):
     """An option field with help text."""
     return dataclasses.field(default=default, metadata={"help": help})
+
+
+def auto_chunks(size_bytes: int, chunk_size: int, max_chunks: int) -> int:
+    """Pipeline chunks for a message: one per chunk_size bytes, between 1 and max_chunks."""
+    return int(min(max(-(-size_bytes // chunk_size), 1), max_chunks))
 
 
 def require(cond: bool, reason: str) -> None:
