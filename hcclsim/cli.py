@@ -12,8 +12,11 @@ import traceback
 import click
 
 from . import __version__
+from .commands.calibrate import calibrate_cmd
+from .commands.compare import compare_cmd
 from .commands.listing import algorithms_cmd, topologies_cmd
 from .commands.sweep import sweep_cmd
+from .commands.tune import tune_cmd
 from .errors import HcclSimError
 
 
@@ -30,8 +33,11 @@ def cli(ctx, debug):
 
 
 cli.add_command(sweep_cmd)
+cli.add_command(tune_cmd)
 cli.add_command(topologies_cmd)
 cli.add_command(algorithms_cmd)
+cli.add_command(calibrate_cmd)
+cli.add_command(compare_cmd)
 
 
 def _fail(message: str, status: int) -> int:

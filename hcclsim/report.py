@@ -13,6 +13,8 @@ from rich.table import Table
 
 from . import __version__
 from .errors import ConfigError
+from .tune import best_per_size
+from .units import format_size
 
 FORMATS = ("table", "csv", "json")
 FLOAT_FORMAT = "%.6g"
@@ -83,6 +85,9 @@ def render_table(df: pd.DataFrame, file=None) -> None:
                 t.add_column(col + suffix, justify="right")
         if many:
             t.add_column("ratio", justify="right")
+        chosen = "chosen" in part.columns and algo == "auto"
+        if chosen:
+            t.add_column("chosen", justify="right")
         by_engine = {e: part[part.engine == e].reset_index(drop=True) for e in engines}
         base = by_engine[engines[0]]
         for i, row in enumerate(base.itertuples(index=False)):
@@ -92,28 +97,44 @@ def render_table(df: pd.DataFrame, file=None) -> None:
                 cells += [f"{r.time_us:.2f}", f"{r.algbw_GBps:.2f}", f"{r.busbw_GBps:.2f}"]
             if many:
                 cells.append(f"{by_engine[engines[-1]].iloc[i].time_us / row.time_us:.3f}" if row.time_us else "-")
+            if chosen:
+                cells.append(str(row.chosen))
             t.add_row(*cells)
         con.print(t)
         con.print()
-    last = df[df.engine == engines[-1]]
-    if last["algorithm"].nunique() > 1:
-        for coll, part in last.groupby("collective", sort=False):
-            best = part.loc[part.groupby("size_bytes", sort=True)["time_us"].idxmin()]
+    # 'auto' rows repeat the winner's time: leave them out of the ranking.
+    ranked = df[df.algorithm != "auto"]
+    if ranked["algorithm"].nunique() > 1:
+        best = best_per_size(ranked, engines[-1])
+        for coll, part in best.groupby("collective", sort=False):
             t = Table(title=f"{coll} · fastest algorithm per size ({engines[-1]})", title_justify="left", box=None,
                       header_style="bold")
             for col in ("size (B)", "algorithm", "time (us)", "busbw (GB/s)", "runner-up", "margin"):
                 t.add_column(col, justify="right")
-            for row in best.itertuples(index=False):
-                others = part[(part.size_bytes == row.size_bytes) & (part.algorithm != row.algorithm)]
-                if len(others):
-                    second = others.loc[others.time_us.idxmin()]
-                    runner, margin = second.algorithm, f"{second.time_us / row.time_us - 1:+.1%}"
-                else:
-                    runner, margin = "-", "-"
+            for row in part.itertuples(index=False):
+                runner, margin = (row.runner_up, f"{row.margin:+.1%}") if row.runner_up else ("-", "-")
                 t.add_row(str(row.size_bytes), row.algorithm, f"{row.time_us:.2f}", f"{row.busbw_GBps:.2f}",
                           runner, margin)
             con.print(t)
             con.print()
+
+
+def render_tune(ranges: pd.DataFrame, file=None) -> None:
+    """The tuner table (hcclsim.tune.size_ranges): one block per collective, one line per size range."""
+    con = _console(file)
+    for coll, part in ranges.groupby("collective", sort=False):
+        first = part.iloc[0]
+        t = Table(title=f"{coll} · best algorithm per size range · {first.topology} ({first.ranks} ranks) · "
+                        f"{first.engine}", title_justify="left", box=None, header_style="bold")
+        for col in ("min size (B)", "max size (B)", "", "algorithm", "runner-up", "margin", "sizes"):
+            t.add_column(col, justify="right")
+        for row in part.itertuples(index=False):
+            runner, margin = (row.runner_up, f"{row.margin:+.1%}") if row.runner_up else ("-", "-")
+            t.add_row(str(row.min_size_bytes), str(row.max_size_bytes),
+                      f"{format_size(row.min_size_bytes)}-{format_size(row.max_size_bytes)}", row.algorithm,
+                      runner, margin, str(row.points))
+        con.print(t)
+        con.print()
 
 
 def render_list(title: str, columns: list[str], rows: list[list[str]], file=None) -> None:

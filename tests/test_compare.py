@@ -1,0 +1,298 @@
+"""`hccl-bench compare` (docs/ci.md): the CI gate's exit statuses, outputs and its refusals of bad input."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from hcclsim import gate
+from hcclsim.cli import cli, main
+from hcclsim.sweep import COLUMNS
+
+ROOT = Path(__file__).resolve().parents[1]
+BASELINE = ROOT / "results" / "baselines" / "switch8-allreduce.csv"
+
+
+def run(capsys, *argv):
+    status = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def assert_error(status, out, err, *needles):
+    assert status == 2, err
+    assert out == ""
+    assert err.startswith("hccl-bench: error: ") and err.count("\n") == 1 and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in err, err
+
+
+def rows() -> pd.DataFrame:
+    """A small hand-made results table: 2 algorithms x 3 sizes, busbw = 2(n-1)/n * size / time."""
+    out = []
+    for algo, alpha in (("ring", 14.0), ("tree", 6.0)):
+        for size in (1024, 65536, 4194304):
+            t = alpha + size / 50e3
+            algbw = size / (t * 1e3)
+            out.append(["all_reduce", algo, "switch8", 8, "analytic", size, size // 4, "float32", -1, t, algbw,
+                        algbw * 1.75])
+    return pd.DataFrame(out, columns=COLUMNS)
+
+
+def scaled(df, algo, size, busbw=1.0, time=None):
+    """A copy with one row's busbw multiplied by busbw and its time by time (default 1/busbw)."""
+    df = df.copy()
+    i = (df.algorithm == algo) & (df.size_bytes == size)
+    df.loc[i, "busbw_GBps"] *= busbw
+    df.loc[i, "algbw_GBps"] *= busbw
+    df.loc[i, "time_us"] *= 1 / busbw if time is None else time
+    return df
+
+
+@pytest.fixture
+def base(tmp_path):
+    path = tmp_path / "base.csv"
+    rows().to_csv(path, index=False)
+    return path
+
+
+def write(tmp_path, df, name="cur.csv"):
+    path = tmp_path / name
+    if name.endswith(".json"):
+        path.write_text(json.dumps({"schema_version": 1, "rows": df.to_dict(orient="records")}))
+    else:
+        df.to_csv(path, index=False)
+    return path
+
+
+# -------------------------------------------------------------------------------- the issue's musts
+
+def test_a_file_compared_with_itself_passes(capsys, base):
+    status, out, err = run(capsys, "compare", base, base)
+    assert (status, err) == (0, "")
+    assert "PASS: 0 regressions, 0 improvements, 6 within limits, of 6 common rows" in out
+
+
+def test_the_committed_baseline_compared_with_itself_passes(capsys):
+    status, out, _ = run(capsys, "compare", BASELINE, BASELINE)
+    assert status == 0 and "of 36 common rows" in out
+
+
+def test_busbw_10_percent_lower_in_one_row_fails_and_names_it(capsys, base, tmp_path):
+    cur = write(tmp_path, scaled(rows(), "tree", 65536, busbw=0.9))
+    status, out, err = run(capsys, "compare", base, cur)
+    assert (status, err) == (1, "")
+    assert "FAIL: 1 regression, 0 improvements, 5 within limits" in out
+    line = next(x for x in out.splitlines() if "regression " in x and "tree" in x)
+    assert "65536" in line and "-10.0%" in line and "+11.1%" in line
+    assert "ring" not in "".join(x for x in out.splitlines() if "regression " in x)
+
+
+def test_a_missing_file_is_exit_2(capsys, base, tmp_path):
+    assert_error(*run(capsys, "compare", base, tmp_path / "nope.csv"), "CURRENT: no such file", "nope.csv")
+    assert_error(*run(capsys, "compare", tmp_path / "nope.csv", base), "BASELINE: no such file")
+
+
+# ------------------------------------------------------------------------------------- limits
+
+def test_improvements_are_reported_but_pass(capsys, base, tmp_path):
+    cur = write(tmp_path, scaled(rows(), "ring", 4194304, busbw=1.25))
+    status, out, _ = run(capsys, "compare", base, cur)
+    assert status == 0
+    assert "PASS: 0 regressions, 1 improvement" in out
+    line = next(x for x in out.splitlines() if "improvement " in x)
+    assert "ring" in line and "4194304" in line and "+25.0%" in line and "-20.0%" in line
+
+
+def test_changes_within_the_tolerance_pass_and_beyond_it_fail(capsys, base, tmp_path):
+    cur = write(tmp_path, scaled(rows(), "ring", 1024, busbw=0.97))
+    assert run(capsys, "compare", base, cur)[0] == 0                       # -3 % < 5 %
+    assert run(capsys, "compare", base, cur, "--tolerance", "2%")[0] == 1
+    assert run(capsys, "compare", base, cur, "--tolerance", "2")[0] == 1     # the % is optional
+
+
+def test_fail_on_overrides_the_tolerance_per_metric(capsys, base, tmp_path):
+    # busbw -4 %, time unchanged (a busbw-only change, as if the size column were edited)
+    cur = write(tmp_path, scaled(rows(), "ring", 1024, busbw=0.96, time=1.0))
+    assert run(capsys, "compare", base, cur)[0] == 0
+    status, out, _ = run(capsys, "compare", base, cur, "--fail-on", "busbw:-3%")
+    assert status == 1 and "limits: time +5%, busbw -3%" in out
+    assert run(capsys, "compare", base, cur, "--tolerance", "1%", "--fail-on", "busbw:-5%")[0] == 0
+    # time +10 % only: passes a time:+20% limit, fails the default
+    cur = write(tmp_path, scaled(rows(), "tree", 1024, busbw=1.0, time=1.10))
+    assert run(capsys, "compare", base, cur)[0] == 1
+    assert run(capsys, "compare", base, cur, "--fail-on", "time:+20%", "--fail-on", "busbw:-3%")[0] == 0
+    assert run(capsys, "compare", base, cur, "--fail-on", "time_us:20")[0] == 0
+
+
+def test_limits_parse():
+    assert gate.limits_from(0.05, ["busbw:-3%", "time:+10%"]) == {"time": 0.10, "busbw": 0.03}
+    assert gate.limits_from(0.02, ["busbw_GBps:4"]) == {"time": 0.02, "busbw": 0.04}
+    assert gate.parse_tolerance("0") == 0 and gate.parse_tolerance("7.5%") == 0.075
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--fail-on", "busbw"], "--fail-on: expected METRIC:THRESHOLD such as busbw:-3% or time:+10%, got 'busbw'"),
+    (["--fail-on", "bsbw:-3%"], "unknown metric 'bsbw' (did you mean 'busbw'?)"),
+    (["--fail-on", "busbw:+3%"], "busbw regresses when it falls; write busbw:-3%"),
+    (["--fail-on", "time:-10%"], "time regresses when it rises; write time:+10%"),
+    (["--fail-on", "busbw:lots"], "expected a percentage such as 5% or 3.5, got 'lots'"),
+    (["--fail-on", "busbw:-3%", "--fail-on", "busbw:-4%"], "busbw given twice"),
+    (["--tolerance", "-5%"], "--tolerance: expected a percentage >= 0"),
+    (["--format", "html"], "'--format'"),
+])
+def test_bad_limits_are_exit_2(capsys, base, argv, needle):
+    assert_error(*run(capsys, "compare", base, base, *argv), needle)
+
+
+# -------------------------------------------------------------------------------------- bad input
+
+def test_no_common_rows_is_exit_2_never_a_pass(capsys, base, tmp_path):
+    other = rows().assign(topology="switch16", ranks=16)
+    assert_error(*run(capsys, "compare", base, write(tmp_path, other)), "no common rows", "switch16")
+
+
+def test_mismatched_columns_are_exit_2(capsys, base, tmp_path):
+    renamed = write(tmp_path, rows().rename(columns={"busbw_GBps": "busbw"}))
+    assert_error(*run(capsys, "compare", base, renamed), "CURRENT", "missing column(s) busbw_GBps")
+    no_key = write(tmp_path, rows().drop(columns=["engine"]), "nokey.csv")
+    assert_error(*run(capsys, "compare", no_key, base), "BASELINE", "missing column(s) engine")
+
+
+@pytest.mark.parametrize("name,text,needle", [
+    ("x.txt", "a,b\n", "unknown results format '.txt'"),
+    ("x.json", "{not json", "malformed JSON"),
+    ("x.json", "[1, 2]", "not a hccl-bench results file"),
+    ("x.json", '{"schema_version": 2, "rows": []}',
+     "schema_version 2 is not supported (this hccl-bench reads version 1); regenerate the file"),
+    ("x.json", '{"rows": []}', "schema_version None is not supported"),
+    ("x.csv", "", "malformed CSV"),
+    ("x.csv", ",".join(COLUMNS) + "\n", "no rows"),
+])
+def test_bad_files_are_exit_2(capsys, base, tmp_path, name, text, needle):
+    path = tmp_path / name
+    path.write_text(text)
+    assert_error(*run(capsys, "compare", base, path), needle)
+
+
+def test_bad_values_and_duplicate_keys_are_exit_2(capsys, base, tmp_path):
+    bad = rows().astype({"time_us": object})
+    bad.loc[0, "time_us"] = "fast"
+    assert_error(*run(capsys, "compare", base, write(tmp_path, bad)), "column time_us holds a value that is not a number")
+    dup = pd.concat([rows(), rows().iloc[:1]])
+    assert_error(*run(capsys, "compare", base, write(tmp_path, dup, "dup.csv")), "2 rows share their keys")
+
+
+# ----------------------------------------------------------------------------- rows in one file only
+
+def test_rows_in_one_file_are_reported_and_fail_only_when_strict(capsys, base, tmp_path):
+    cur = write(tmp_path, rows().iloc[1:])
+    status, out, _ = run(capsys, "compare", base, cur)
+    assert status == 0
+    assert "1 row only in BASELINE: all_reduce ring switch8 8r analytic 1024B float32" in out
+    assert "1 only in BASELINE, 0 only in CURRENT" in out
+    status, out, _ = run(capsys, "compare", base, cur, "--strict")
+    assert status == 1 and "FAIL" in out and "(--strict: these fail)" in out
+
+
+def test_only_the_first_few_unmatched_rows_are_listed():
+    many = pd.concat([rows().assign(size_bytes=rows().size_bytes + k) for k in range(3)])
+    c = gate.compare(gate._normalise(many, "b"), gate._normalise(rows(), "c"))
+    (line,) = gate.only_in_lines(c)
+    assert line.startswith("12 rows only in BASELINE") and line.endswith("; and 7 more")
+
+
+# ---------------------------------------------------------------------------------------- formats
+
+def test_markdown_has_the_regression_in_a_table(capsys, base, tmp_path):
+    cur = write(tmp_path, scaled(rows(), "tree", 65536, busbw=0.9))
+    status, out, _ = run(capsys, "compare", base, cur, "--format", "markdown")
+    assert status == 1
+    lines = out.splitlines()
+    assert lines[0].startswith("### hccl-bench compare: ") and "FAIL: 1 regression" in lines[0]
+    table = [x for x in lines if x.startswith("|")]
+    header, rule, *body = table
+    cells = [c.strip() for c in header.strip("|").split("|")]
+    assert cells[:8] == ["status", *gate.KEYS] and set(rule) <= set("|-")
+    assert all(len(row.strip("|").split("|")) == len(cells) for row in body)
+    (row,) = body
+    values = dict(zip(cells, (c.strip() for c in row.strip("|").split("|"))))
+    assert values["status"] == "**regression**" and values["algorithm"] == "tree"
+    assert values["size_bytes"] == "65536" and values["busbw change"] == "-10.0%"
+
+
+def test_junit_has_a_testcase_per_row_and_a_failure_per_regression(capsys, base, tmp_path):
+    cur = write(tmp_path, scaled(scaled(rows(), "tree", 65536, busbw=0.9), "ring", 1024, busbw=1.5).iloc[:-1])
+    junit = tmp_path / "gate.xml"
+    status, _, _ = run(capsys, "compare", base, cur, "--junit", junit)
+    assert status == 1
+    root = ET.parse(junit).getroot()
+    suite = root.find("testsuite")
+    cases = suite.findall("testcase")
+    assert len(cases) == 6 and suite.get("tests") == "6"
+    assert (suite.get("failures"), suite.get("skipped"), root.get("failures")) == ("1", "1", "1")
+    failed = [c for c in cases if c.find("failure") is not None]
+    assert [(c.get("classname"), c.get("name")) for c in failed] == [
+        ("all_reduce.tree", "switch8 8r analytic 65536B float32")]
+    assert "busbw -10.0%" in failed[0].find("failure").get("message")
+    skipped = [c for c in cases if c.find("skipped") is not None]
+    assert skipped[0].get("name").endswith("4194304B float32") and skipped[0].get("classname") == "all_reduce.tree"
+
+
+def test_junit_of_a_pass_has_no_failures(capsys, base, tmp_path):
+    junit = tmp_path / "gate.xml"
+    assert run(capsys, "compare", base, base, "--junit", junit, "--format", "markdown")[0] == 0
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite.get("failures") == "0" and len(suite.findall("testcase")) == 6
+
+
+def test_junit_unwritable_is_exit_2(capsys, base, tmp_path):
+    assert_error(*run(capsys, "compare", base, base, "--junit", tmp_path / "no" / "dir.xml"), "--junit: cannot write")
+
+
+# -------------------------------------------------------------------------------- files and sweep
+
+def test_json_and_csv_of_the_same_rows_compare_equal(capsys, base, tmp_path):
+    cur = write(tmp_path, rows(), "cur.json")
+    status, out, _ = run(capsys, "compare", base, cur, "--tolerance", "0")
+    assert status == 0 and "0 improvements" in out
+
+
+def test_parquet_reads(capsys, base, tmp_path):
+    pytest.importorskip("pyarrow")
+    path = tmp_path / "cur.parquet"
+    scaled(rows(), "ring", 65536, busbw=0.5).to_parquet(path, index=False)
+    assert run(capsys, "compare", base, path)[0] == 1
+
+
+def test_a_sweep_today_matches_the_committed_baseline(capsys, tmp_path):
+    """The CI job of docs/ci.md, for the ring only (the other algorithms' rows are only in BASELINE)."""
+    out = tmp_path / "ring.json"
+    status, _, _ = run(capsys, "sweep", "-t", "switch8", "-c", "all_reduce", "-a", "ring", "-b", "1K", "-e", "64M",
+                       "-f", "8", "-o", out, "--format", "csv")
+    assert status == 0
+    status, text, _ = run(capsys, "compare", BASELINE, out, "--tolerance", "0")
+    assert status == 0 and "of 6 common rows" in text and "30 only in BASELINE" in text
+    status, _, _ = run(capsys, "compare", BASELINE, out, "--strict")
+    assert status == 1
+
+
+def test_the_baseline_is_committed_not_ignored():
+    git = shutil.which("git")
+    if git is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    r = subprocess.run([git, "check-ignore", "-q", str(BASELINE)], cwd=ROOT, check=False)
+    assert r.returncode == 1                                            # 1 = not ignored
+
+
+def test_help_exits_0(capsys):
+    status, out, _ = run(capsys, "compare", "--help")
+    assert status == 0
+    for flag in ("--tolerance", "--fail-on", "--strict", "--format", "--junit"):
+        assert flag in out
+    assert CliRunner().invoke(cli, ["compare", "-h"]).exit_code == 0
