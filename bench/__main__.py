@@ -12,7 +12,7 @@ import platform
 import sys
 import time
 
-BENCHMARKS = ("scale", "startup", "throughput", "packet")
+BENCHMARKS = ("scale", "startup", "throughput", "packet", "parallel")
 
 
 def main(argv: list[str]) -> int:

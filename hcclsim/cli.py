@@ -15,6 +15,7 @@ from . import __version__
 from .commands.calibrate import calibrate_cmd
 from .commands.compare import compare_cmd
 from .commands.listing import algorithms_cmd, topologies_cmd
+from .commands.plot import plot_cmd
 from .commands.sweep import sweep_cmd
 from .commands.tune import tune_cmd
 from .errors import HcclSimError
@@ -38,6 +39,7 @@ cli.add_command(topologies_cmd)
 cli.add_command(algorithms_cmd)
 cli.add_command(calibrate_cmd)
 cli.add_command(compare_cmd)
+cli.add_command(plot_cmd)
 
 
 def _fail(message: str, status: int) -> int:

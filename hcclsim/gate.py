@@ -17,7 +17,6 @@ key or metric columns, duplicate keys, no common rows) raises ConfigError: exit 
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -28,8 +27,8 @@ import numpy as np
 import pandas as pd
 
 from .errors import ConfigError, suggest
+from .provenance import SCHEMA_VERSION, read_metadata, results_document  # noqa: F401 (SCHEMA_VERSION: re-exported)
 
-SCHEMA_VERSION = 1
 KEYS = ["collective", "algorithm", "topology", "ranks", "engine", "size_bytes", "dtype"]
 INT_KEYS = ("ranks", "size_bytes")
 # metric name on the command line -> (column, +1 if a rise is a regression, -1 if a fall is)
@@ -52,6 +51,8 @@ def load_results(path: str, label: str = "results") -> pd.DataFrame:
         raise ConfigError(f"{label}: no such file {path!r}")
     suffix = p.suffix.lower()
     try:
+        if suffix in (".csv", ".parquet"):
+            read_metadata(p, where)           # a sidecar FILE.meta.json of an unsupported version is refused
         if suffix == ".csv":
             df = pd.read_csv(p)
         elif suffix == ".json":
@@ -69,21 +70,7 @@ def load_results(path: str, label: str = "results") -> pd.DataFrame:
 
 
 def _rows_from_json(text: str, where: str) -> pd.DataFrame:
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{where}: malformed JSON ({e})") from None
-    if not isinstance(doc, dict) or "rows" not in doc:
-        raise ConfigError(f"{where}: not a hccl-bench results file (expected an object with 'schema_version' and "
-                          f"'rows', as `hccl-bench sweep -o FILE.json` writes)")
-    version = doc.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise ConfigError(f"{where}: results schema_version {version!r} is not supported (this hccl-bench reads "
-                          f"version {SCHEMA_VERSION}); regenerate the file with this version's `hccl-bench sweep "
-                          f"-o`, or compare it with the hccl-bench version that wrote it")
-    if not isinstance(doc["rows"], list) or not all(isinstance(r, dict) for r in doc["rows"]):
-        raise ConfigError(f"{where}: 'rows' must be a list of objects")
-    return pd.DataFrame(doc["rows"])
+    return pd.DataFrame(results_document(text, where)["rows"])
 
 
 def _read_parquet(p: Path, where: str) -> pd.DataFrame:

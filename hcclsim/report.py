@@ -13,6 +13,7 @@ from rich.table import Table
 
 from . import __version__
 from .errors import ConfigError
+from .provenance import SCHEMA_VERSION, write_sidecar
 from .tune import best_per_size
 from .units import format_size
 
@@ -29,7 +30,7 @@ def to_csv(df: pd.DataFrame) -> str:
 def to_json(df: pd.DataFrame, meta: dict | None = None) -> str:
     # to_dict gives Python ints/floats, which json writes with full precision (to_json would round
     # to 10 decimal places: 6e-5 GB/s would keep one digit).
-    doc = {"schema_version": 1, "hccl_bench_version": __version__, **(meta or {}),
+    doc = {"schema_version": SCHEMA_VERSION, "hccl_bench_version": __version__, **(meta or {}),
            "rows": df.to_dict(orient="records")}
     return json.dumps(doc, indent=2, default=str) + "\n"      # default=str: TOML dates in the spec
 
@@ -49,7 +50,8 @@ def output_format(path: str) -> str:
 
 
 def write(df: pd.DataFrame, path: str, meta: dict | None = None) -> None:
-    """Write rows to path; the format comes from the suffix (.csv, .json, .parquet)."""
+    """Write rows to path; the format comes from the suffix (.csv, .json, .parquet). JSON embeds meta
+    (hcclsim.provenance.metadata); CSV and Parquet get it in a sidecar PATH.meta.json."""
     suffix = output_format(path)
     try:
         if suffix == ".csv":
@@ -58,6 +60,8 @@ def write(df: pd.DataFrame, path: str, meta: dict | None = None) -> None:
             Path(path).write_text(to_json(df, meta), encoding="utf-8")
         else:
             df.to_parquet(path, index=False)
+        if meta is not None and suffix != ".json":
+            write_sidecar(path, {"schema_version": SCHEMA_VERSION, "hccl_bench_version": __version__, **meta})
     except OSError as e:
         raise ConfigError(f"-o/--output: cannot write {path!r} ({e.strerror or e})") from None
 

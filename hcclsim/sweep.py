@@ -13,6 +13,7 @@ fastest applicable algorithm by the analytic engine (hcclsim.tune.best_per_size,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -109,38 +110,107 @@ def time_algorithm(algo: Algorithm, problem: Problem, sizes: list[int], dtype: s
     return sizings, out
 
 
+def _frame(ctx, coll, label, sizings, engine_name, seconds, counters):
+    topology, dtype, root, stats, _ = ctx
+    size_bytes = np.array([s.size_bytes for s in sizings], np.float64)
+    return pd.DataFrame({
+        "collective": coll, "algorithm": label, "topology": topology.name,
+        "ranks": topology.nranks, "engine": engine_name, "size_bytes": size_bytes.astype(np.int64),
+        "count": [s.count for s in sizings], "dtype": dtype,
+        "root": root if coll in (C.BROADCAST, C.REDUCE) else -1,
+        **metrics(coll, topology.nranks, size_bytes, seconds), **(counters if stats else {})})
+
+
+def _finish(ctx, frame, chosen):
+    frame = frame[COLUMNS + (STAT_COLUMNS if ctx[3] else [])]
+    return frame.assign(chosen=chosen) if ctx[4] else frame
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One (collective, algorithm) block of a sweep: the sizes and engines still to compute.
+
+    algorithm is an Algorithm, or AUTO. Units are what executors (hcclsim.executors) distribute."""
+    index: int
+    collective: str
+    algorithm: object
+    sizes: tuple
+    engines: tuple
+
+    @property
+    def label(self) -> str:
+        return AUTO if self.algorithm == AUTO else self.algorithm.label
+
+    @property
+    def points(self) -> int:
+        return len(self.sizes) * len(self.engines)
+
+
+def run_unit(ctx, unit: Unit) -> list[pd.DataFrame]:
+    """The rows of one unit, one frame per engine (in the unit's engine order). Picklable, for workers."""
+    topology, dtype, root = ctx[:3]
+    coll, sizes, engines = unit.collective, list(unit.sizes), unit.engines
+    problem = Problem(coll, topology, root)
+    if unit.algorithm != AUTO:
+        sizings, timed = time_algorithm(unit.algorithm, problem, sizes, dtype, engines)
+        return [_finish(ctx, _frame(ctx, coll, unit.label, sizings, e, *timed[e]), unit.label) for e in engines]
+    candidates = [a for a in algorithms_for("all", coll) if not a.unsupported(problem)]
+    timed = {a.label: (a, *time_algorithm(a, problem, sizes, dtype)) for a in candidates}
+    sizings = next(iter(timed.values()))[1]
+    scores = pd.concat([_frame(ctx, coll, label, sz, "analytic", *t["analytic"]) for label, (_, sz, t) in timed.items()])
+    pick = best_per_size(scores, "analytic").set_index("size_bytes")["algorithm"]
+    chosen = [pick[s.size_bytes] for s in sizings]
+    out = []
+    for engine_name in engines:
+        seconds, counters = np.zeros(len(sizes)), {c: np.full(len(sizes), np.nan) for c in STAT_COLUMNS}
+        for label in dict.fromkeys(chosen):
+            idx = [i for i, c in enumerate(chosen) if c == label]
+            algo, _, t = timed[label]
+            if engine_name != "analytic":        # time only the sizes this algorithm won
+                t = time_algorithm(algo, problem, [sizes[i] for i in idx], dtype, (engine_name,))[1]
+                idx_t = slice(None)
+            else:
+                idx_t = idx
+            sec, cnt = t[engine_name]
+            seconds[idx] = sec[idx_t]
+            for c in STAT_COLUMNS:
+                counters[c][idx] = cnt[c][idx_t]
+        out.append(_finish(ctx, _frame(ctx, coll, AUTO, sizings, engine_name, seconds, counters), chosen))
+    return out
+
+
+ROW_KEY = ["collective", "algorithm", "engine", "size_bytes"]
+
+
+def _done_keys(previous) -> set:
+    if previous is None or previous.empty:
+        return set()
+    return set(zip(*(previous[k].astype(str) if k != "size_bytes" else previous[k].astype(np.int64)
+                     for k in ROW_KEY)))
+
+
 def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "all", sizes=(1 << 20,),
           dtype: str = "float32", root: int = 0, engine="analytic", stats: bool = False,
-          on_row=None) -> SweepResult:
+          on_row=None, previous: pd.DataFrame | None = None, jobs: int = 1, executor=None,
+          on_start=None) -> SweepResult:
     """Run the grid; rows in a stable order (collective, algorithm as listed, engine as listed, size).
 
     engine: 'analytic', 'packet', 'analytic,packet' or a list; stats adds the engines' counters
-    (STAT_COLUMNS; empty for the analytic engine)."""
+    (STAT_COLUMNS; empty for the analytic engine). on_row(frame) gets each finished (collective,
+    algorithm, engine) block as it finishes (in completion order when jobs > 1). previous: rows
+    already computed (`--resume`): their (collective, algorithm, engine, size) points are skipped
+    and they are merged into the result in the sweep's order. jobs/executor: how units run
+    (hcclsim.executors; default the local process pool). on_start(units) gets the units to run."""
+    from .executors import get_executor
+
     dtype = parse_dtype(dtype)
     engines = parse_engines(engine)
     if not 0 <= root < topology.nranks:
         raise ConfigError(f"--root: expected a rank in 0..{topology.nranks - 1}, got {root}")
     sizes = sorted({int(s) for s in sizes})
     listed, auto = split_auto(algorithms)
-    frames, skipped = [], []
-
-    def rows(coll, label, sizings, engine_name, seconds, counters):
-        size_bytes = np.array([s.size_bytes for s in sizings], np.float64)
-        return pd.DataFrame({
-            "collective": coll, "algorithm": label, "topology": topology.name,
-            "ranks": topology.nranks, "engine": engine_name, "size_bytes": size_bytes.astype(np.int64),
-            "count": [s.count for s in sizings], "dtype": dtype,
-            "root": root if coll in (C.BROADCAST, C.REDUCE) else -1,
-            **metrics(coll, topology.nranks, size_bytes, seconds), **(counters if stats else {})})
-
-    def emit(frame, chosen):
-        frame = frame[COLUMNS + (STAT_COLUMNS if stats else [])]
-        if auto:
-            frame = frame.assign(chosen=chosen)
-        frames.append(frame)
-        if on_row:
-            on_row(frame)
-
+    ctx = (topology, dtype, root, stats, auto)
+    skipped, blocks = [], []           # blocks: (collective, algorithm) in the sweep's order
     for coll in [C.canonical(c) for c in collectives]:
         problem = Problem(coll, topology, root)
         algos = algorithms_for(listed, coll) if listed else []
@@ -154,37 +224,58 @@ def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "al
         if not runnable and listed.strip() != "all" and len(algos) == 1 and not auto:
             raise UnsupportedError(f"--algorithm: {algos[0].label} cannot run {coll} on {topology.name}: "
                                    f"{skipped[-1][2]}")
-        for algo in runnable:
-            sizings, timed = time_algorithm(algo, problem, sizes, dtype, engines)
-            for engine_name, (seconds, counters) in timed.items():
-                emit(rows(coll, algo.label, sizings, engine_name, seconds, counters), algo.label)
-        if not auto:
-            continue
-        candidates = [a for a in algorithms_for("all", coll) if not a.unsupported(problem)]
-        if not candidates:
-            skipped.append((coll, AUTO, "no algorithm can run it"))
-            continue
-        timed = {a.label: (a, *time_algorithm(a, problem, sizes, dtype)) for a in candidates}
-        sizings = next(iter(timed.values()))[1]
-        scores = pd.concat([rows(coll, label, sz, "analytic", *t["analytic"]) for label, (_, sz, t) in timed.items()])
-        pick = best_per_size(scores, "analytic").set_index("size_bytes")["algorithm"]
-        chosen = [pick[s.size_bytes] for s in sizings]
-        for engine_name in engines:
-            seconds, counters = np.zeros(len(sizes)), {c: np.full(len(sizes), np.nan) for c in STAT_COLUMNS}
-            for label in dict.fromkeys(chosen):
-                idx = [i for i, c in enumerate(chosen) if c == label]
-                algo, _, t = timed[label]
-                if engine_name != "analytic":        # time only the sizes this algorithm won
-                    t = time_algorithm(algo, problem, [sizes[i] for i in idx], dtype, (engine_name,))[1]
-                    idx_t = slice(None)
-                else:
-                    idx_t = idx
-                sec, cnt = t[engine_name]
-                seconds[idx] = sec[idx_t]
-                for c in STAT_COLUMNS:
-                    counters[c][idx] = cnt[c][idx_t]
-            emit(rows(coll, AUTO, sizings, engine_name, seconds, counters), chosen)
-    if not frames:
+        blocks += [(coll, algo) for algo in runnable]
+        if auto:
+            if any(not a.unsupported(problem) for a in algorithms_for("all", coll)):
+                blocks.append((coll, AUTO))
+            else:
+                skipped.append((coll, AUTO, "no algorithm can run it"))
+    if not blocks:
         reasons = "; ".join(f"{a}: {w}" for _, a, w in skipped) or "nothing to run"
         raise UnsupportedError(f"no algorithm can run on {topology.name}: {reasons}")
-    return SweepResult(pd.concat(frames, ignore_index=True), skipped)
+    done = _done_keys(previous)
+    units = []
+    ws = DTYPE_SIZE[dtype]
+    for i, (coll, algo) in enumerate(blocks):
+        label = AUTO if algo == AUTO else algo.label
+        nbytes = {s: C.sizing(coll, s, ws, topology.nranks).size_bytes for s in sizes}
+        todo = [e for e in engines if any((coll, label, e, nbytes[s]) not in done for s in sizes)]
+        todo_sizes = [s for s in sizes if any((coll, label, e, nbytes[s]) not in done for e in todo)]
+        if todo:
+            units.append(Unit(i, coll, algo, tuple(todo_sizes), tuple(todo)))
+    if on_start:
+        on_start(units)
+    frames = []
+    for unit, result in get_executor(executor)(partial(run_unit, ctx), units, jobs):
+        for frame in result:
+            if done:
+                keep = [k not in done for k in zip(frame.collective, frame.algorithm, frame.engine,
+                                                   frame.size_bytes.astype(np.int64))]
+                frame = frame[keep].reset_index(drop=True)
+            if frame.empty:
+                continue
+            frames.append(frame)
+            if on_row:
+                on_row(frame)
+    rows = order_rows(pd.concat(([previous] if previous is not None and not previous.empty else []) + frames,
+                                ignore_index=True), blocks, engines)
+    return SweepResult(rows, skipped)
+
+
+def order_rows(rows: pd.DataFrame, blocks, engines) -> pd.DataFrame:
+    """rows in the sweep's stable order: block (collective, algorithm) as run, engine as listed, size;
+    rows of other blocks (an earlier sweep's, when resuming) after them, in their own order."""
+    block_rank = {(c, AUTO if a == AUTO else a.label): i for i, (c, a) in enumerate(blocks)}
+    engine_rank = {e: i for i, e in enumerate(engines)}
+    key = pd.DataFrame({
+        "b": [block_rank.get(k, len(block_rank)) for k in zip(rows.collective, rows.algorithm)],
+        "e": rows.engine.map(engine_rank).fillna(len(engine_rank)).to_numpy(),
+        "s": rows.size_bytes.to_numpy(), "i": np.arange(len(rows))})
+    order = key.sort_values(["b", "e", "s", "i"], kind="mergesort").index
+    return rows.iloc[order].reset_index(drop=True)
+
+
+# `hcclsim.sweep(...)` calls hcclsim.api.run_sweep; this module stays importable as before (hcclsim/_callable.py).
+from ._callable import make_callable
+
+make_callable(__name__, "run_sweep")

@@ -88,3 +88,9 @@ def json_safe(df: pd.DataFrame) -> pd.DataFrame:
         out[col] = pd.Series([v if isinstance(v, int) or math.isfinite(v) else None for v in df[col].tolist()],
                              index=df.index, dtype=object)
     return out
+
+
+# `hcclsim.tune(...)` calls hcclsim.api.run_tune; this module stays importable as before (hcclsim/_callable.py).
+from ._callable import make_callable
+
+make_callable(__name__, "run_tune")

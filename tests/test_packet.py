@@ -189,3 +189,18 @@ def test_concurrent_collectives_slow_each_other_only_where_they_share_links():
     assert all(1.8 * alone < t < 2.05 * alone for t in same)        # same ranks: each gets half the links
     with pytest.raises(ConfigError, match="distinct ranks"):
         packet.simulate_concurrent([packet.Job(s, e, ranks=(0,) * 8)], fabric)
+
+
+@pytest.mark.parametrize("preset", ["switch8", "ring8", "torus-4x4", "dgx-h100", "two-tier-128", "h100-cluster",
+                                    "mtia300-rack"])
+def test_every_preset_and_algorithm_runs_on_the_packet_engine(preset):
+    """Small sizes, every algorithm: multi-hop paths through ranks (torus), two tiers, in-switch jobs."""
+    from hcclsim.config import load_topology
+    from hcclsim.sweep import sweep
+
+    rows = sweep(load_topology(preset), ["all_reduce", "all_gather"], "all", [4096],
+                 engine="analytic,packet").rows
+    a = rows[rows.engine == "analytic"].set_index(["collective", "algorithm"]).time_us
+    p = rows[rows.engine == "packet"].set_index(["collective", "algorithm"]).time_us
+    assert len(p) == len(a) > 0 and (p > 0).all()
+    assert ((p / a) > 0.5).all() and ((p / a) < 2.0).all()

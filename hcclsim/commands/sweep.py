@@ -9,10 +9,12 @@ import click
 from .. import collectives as C
 from ..config import DEFAULT_PRESET, load_topology
 from ..errors import ConfigError
+from ..provenance import metadata
 from ..report import FORMATS, output_format, render_table, to_csv, to_json, write
 from ..sweep import parse_engines, size_grid, sweep
 from ..trace import write_trace
 from ..units import DTYPE_SIZE, parse_size
+from ._long import run as long_run
 
 
 class SizeType(click.ParamType):
@@ -53,9 +55,15 @@ class SizeType(click.ParamType):
                    "simulated by the packet engine.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
               help="What to print on stdout.")
-@click.option("-o", "--output", metavar="FILE", help="Also write the rows to FILE (.csv, .json or .parquet).")
+@click.option("-o", "--output", metavar="FILE", help="Also write the rows to FILE (.csv, .json or .parquet), "
+              "as they finish (JSON and Parquet: to FILE.partial.csv until the end).")
+@click.option("--resume", is_flag=True,
+              help="Keep the rows already in -o FILE (and FILE.partial.csv), compute only the rest and append.")
+@click.option("-j", "--jobs", type=int, default=None, metavar="N",
+              help="Worker processes for (collective, algorithm) blocks  [default: all cores]")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar on stderr.")
 def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, factor, dtype, root, engine, stats,
-              trace_file, fmt, output):
+              trace_file, fmt, output, resume, jobs, quiet):
     """Sweep message sizes for collectives and algorithms on one topology.
 
     \b
@@ -72,14 +80,15 @@ def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, fa
     parse_engines(engine)
     if trace_file and not trace_file.endswith(".json"):
         raise ConfigError(f"--trace: expected a file ending in .json, got {trace_file!r}")
-    result = sweep(topo, colls, algorithm, sizes, dtype=dtype, root=root, engine=engine, stats=stats)
+    result, writer = long_run(sweep, topo, colls, algorithm, sizes, dtype=dtype, root=root, engine=engine, stats=stats,
+                              output=output, resume=resume, jobs=jobs, quiet=quiet)
     for coll, algo, why in result.skipped:
         click.echo(f"hccl-bench: skipped {algo} for {coll} on {topo.name}: {why}", err=True)
-    meta = {"topology": {"name": topo.name, **topo.spec}, "inputs": {
-        "collective": collective, "algorithm": algorithm, "overrides": list(overrides), "minbytes": minbytes,
-        "maxbytes": maxbytes, "factor": factor, "dtype": dtype, "root": root, "engine": engine}}
-    if output:
-        write(result.rows, output, meta)
+    meta = metadata(topo, collectives=colls, algorithm=algorithm, sizes=sizes, dtype=dtype, root=root, engine=engine,
+                    stats=stats, given={"topology": topology, "collective": collective, "overrides": list(overrides),
+                                        "minbytes": minbytes, "maxbytes": maxbytes, "factor": factor})
+    if writer:
+        writer.finish(lambda path: write(result.rows, path, meta))
     if trace_file:
         first = result.rows.iloc[0]
         write_trace(trace_file, topo, first.collective, first.algorithm, sizes[-1], dtype, root)

@@ -9,6 +9,7 @@ import click
 from .. import collectives as C
 from ..config import DEFAULT_PRESET, load_topology
 from ..errors import ConfigError
+from ..provenance import metadata
 from ..report import FORMATS, output_format, render_tune, to_csv, to_json, write
 from ..sweep import parse_engines, size_grid, sweep
 from ..tune import json_safe, size_ranges
@@ -53,9 +54,9 @@ def tune_cmd(topology, collective, overrides, minbytes, maxbytes, factor, dtype,
     for coll, algo, why in result.skipped:
         click.echo(f"hccl-bench: skipped {algo} for {coll} on {topo.name}: {why}", err=True)
     ranges = size_ranges(result.rows, engine)
-    meta = {"topology": {"name": topo.name, **topo.spec}, "inputs": {
-        "collective": collective, "overrides": list(overrides), "minbytes": minbytes, "maxbytes": maxbytes,
-        "factor": factor, "dtype": dtype, "engine": engine}}
+    meta = metadata(topo, collectives=colls, algorithm="all", sizes=sizes, dtype=dtype, engine=engine,
+                    given={"topology": topology, "collective": collective, "overrides": list(overrides),
+                           "minbytes": minbytes, "maxbytes": maxbytes, "factor": factor})
     if output:
         write(json_safe(ranges) if output.lower().endswith(".json") else ranges, output, meta)
     if fmt == "csv":

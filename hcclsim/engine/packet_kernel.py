@@ -349,7 +349,7 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
             arrive = now + lat if cont and ls[o + L_CUT] != 0 else done + lat   # cut-through: the head
             if not (_room(bc, nheap, hcap, csh, cur, wsh, mask, done, 3)
                     and _room(bc, nheap, hcap, csh, cur, wsh, mask, arrive, 2)):
-                heap_full = (done >> wsh == cur or arrive >> wsh == cur) and nheap + 2 > hcap
+                heap_full = (done >> wsh == cur or arrive >> wsh == cur) and nheap + 3 > hcap
                 code = G_HEAP if heap_full else G_BUCKETS
                 act = A_TRY
                 break

@@ -1,0 +1,127 @@
+"""The Python API: what `hccl-bench sweep` and `tune` do, returning pandas DataFrames (docs/api.md).
+
+    import hcclsim
+    rows = hcclsim.sweep(topology="dgx-h100", collective="all_reduce", algorithm="ring,in_switch",
+                         b="1K", e="1G", f=4)
+    ranges = hcclsim.tune(topology="dgx-h100", collective="all_reduce")
+
+`hcclsim.sweep` and `hcclsim.tune` are also the names of the modules hcclsim/sweep.py and hcclsim/tune.py;
+those modules are callable (hcclsim._callable), so `hcclsim.sweep(...)` calls run_sweep whichever was
+imported first, and `from hcclsim.sweep import sweep` still gives the core function. run_sweep and run_tune
+are the same functions under names that clash with nothing.
+
+Every returned frame carries its provenance (hcclsim.provenance.metadata) in ``df.attrs["provenance"]``
+and the skipped algorithms in ``df.attrs["skipped"]``; write_results writes a frame as `sweep -o` does.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from . import collectives as C
+from .config import DEFAULT_PRESET, load_topology
+from .errors import ConfigError
+from .provenance import metadata
+from .sweep import size_grid
+from .sweep import sweep as _core_sweep
+from .topology import Topology
+from .units import parse_size
+
+__all__ = ["load_topology", "read_results", "run_sweep", "run_tune", "write_results"]
+
+
+def _topology(topology, overrides) -> Topology:
+    if isinstance(topology, Topology):
+        if overrides:
+            raise ConfigError("overrides: apply them when loading: hcclsim.load_topology(name, overrides=[...])")
+        return topology
+    return load_topology(str(topology), list(overrides))
+
+
+def _sizes(sizes, b, e, f) -> list[int]:
+    if sizes is not None:
+        if any(x is not None for x in (b, e, f)):
+            raise ConfigError("sizes: give either sizes=[...] or b/e/f, not both")
+        sizes = [parse_size(s, "sizes") for s in ([sizes] if isinstance(sizes, (int, str)) else sizes)]
+        if not sizes:
+            raise ConfigError("sizes: expected at least one size")
+        return sorted(set(sizes))
+    return size_grid(parse_size(16 if b is None else b, "b"), parse_size("1G" if e is None else e, "e"),
+                     4 if f is None else int(f))
+
+
+def _collectives(collective) -> list[str]:
+    if isinstance(collective, str):
+        collective = list(C.COLLECTIVES) if collective.strip() == "all" else collective.split(",")
+    return [C.canonical(c) for c in collective if str(c).strip()]
+
+
+def run_sweep(topology=DEFAULT_PRESET, collective=C.ALL_REDUCE, algorithm: str = "all", sizes=None, *, b=None,
+              e=None, f=None, dtype: str = "float32", root: int = 0, engine="analytic", stats: bool = False,
+              overrides=()) -> pd.DataFrame:
+    """`hccl-bench sweep` as a function: one row per (collective, algorithm, engine, size), columns as in
+    docs/results.md.
+
+    topology: a preset name, a TOML path or a Topology; collective: a name, a comma list, a list or 'all';
+    algorithm: like -a ('all', 'ring,tree', 'ring:channels=2', 'auto'); sizes: a list of sizes (ints or
+    '64K'), or b/e/f as nccl-tests' -b/-e/-f (defaults 16, 1G, 4); overrides: ['bandwidth=100GB/s', ...]."""
+    topo = _topology(topology, overrides)
+    grid = _sizes(sizes, b, e, f)
+    colls = _collectives(collective)
+    result = _core_sweep(topo, colls, algorithm, grid, dtype=dtype, root=root, engine=engine, stats=stats)
+    rows = result.rows
+    rows.attrs["provenance"] = metadata(topo, collectives=colls, algorithm=algorithm, sizes=grid, dtype=dtype,
+                                        root=root, engine=engine, stats=stats,
+                                        given={"topology": topo.name if isinstance(topology, Topology)
+                                               else str(topology), "overrides": list(overrides)})
+    rows.attrs["skipped"] = list(result.skipped)
+    return rows
+
+
+def run_tune(topology=DEFAULT_PRESET, collective=C.ALL_REDUCE, sizes=None, *, b=None, e=None, f=None,
+             dtype: str = "float32", engine: str = "analytic", overrides=()) -> pd.DataFrame:
+    """`hccl-bench tune` as a function: the fastest algorithm per size range (hcclsim.tune.size_ranges),
+    over every applicable algorithm; sizes default to b=8, e=1G, f=2 as in the command."""
+    from .tune import size_ranges
+
+    if sizes is None:
+        b, e, f = (8 if b is None else b), ("1G" if e is None else e), (2 if f is None else f)
+    rows = run_sweep(topology, collective, "all", sizes, b=b, e=e, f=f, dtype=dtype, engine=engine,
+                     overrides=overrides)
+    ranges = size_ranges(rows, engine)
+    ranges.attrs = dict(rows.attrs)
+    return ranges
+
+
+def read_results(path) -> pd.DataFrame:
+    """A results file (CSV, JSON or Parquet, as `sweep -o` writes) with every column; its metadata (embedded,
+    or the FILE.meta.json sidecar; None when absent) in ``attrs["provenance"]``. An unsupported
+    schema_version is refused with what to do."""
+    from pathlib import Path
+
+    from .provenance import read_metadata, results_document
+
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"results: no such file {str(path)!r}")
+    meta = read_metadata(p)
+    suffix = p.suffix.lower()
+    if suffix == ".json":
+        df = pd.DataFrame(results_document(p.read_text(encoding="utf-8"), f"results {str(path)!r}")["rows"])
+    elif suffix == ".csv":
+        df = pd.read_csv(p)
+    elif suffix == ".parquet":
+        df = pd.read_parquet(p)
+    else:
+        raise ConfigError(f"results {str(path)!r}: expected a file ending in .csv, .json or .parquet")
+    df.attrs["provenance"] = meta
+    return df
+
+
+def write_results(df: pd.DataFrame, path) -> None:
+    """Write a frame from run_sweep/run_tune as `-o` does, with its provenance (embedded or a sidecar)."""
+    from .report import write
+    from .tune import json_safe
+
+    out = json_safe(df) if str(path).lower().endswith(".json") and "margin" in df.columns else df
+    write(out, str(path), df.attrs.get("provenance"))

@@ -1,0 +1,226 @@
+"""Provenance of results files (hcclsim.provenance), the schema-version refusal, and the Python API
+(hcclsim.api, docs/api.md: its example runs here)."""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import hcclsim
+from hcclsim import provenance
+from hcclsim.cli import main
+from hcclsim.config import load_topology
+from hcclsim.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEP = ["sweep", "-t", "switch8", "-a", "ring", "-e", "4K", "-f", "16"]
+
+
+def run(capsys, *argv):
+    status = main(list(argv))
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def sweep_json(capsys, *extra) -> dict:
+    status, out, err = run(capsys, *SWEEP, *extra, "--format", "json")
+    assert (status, err) == (0, "")
+    return json.loads(out)
+
+
+# ------------------------------------------------------------------------------------------ metadata
+
+def test_json_carries_provenance(capsys):
+    doc = sweep_json(capsys)
+    assert doc["schema_version"] == provenance.SCHEMA_VERSION == 1
+    assert doc["hccl_bench_version"] == hcclsim.__version__
+    assert re.fullmatch(r"[0-9a-f]{64}", doc["inputs_sha256"])
+    topo = doc["topology"]
+    assert topo["name"] == "switch8" and topo["bandwidth"] == "50GB/s"           # the table as written
+    res = topo["resolved"]
+    assert (res["kind"], res["ranks"], res["domains"], res["local"]) == ("switch", 8, 1, 8)
+    [tier] = res["tiers"]
+    assert tier["bandwidth_Bps"] == 50e9 and tier["latency_s"] == pytest.approx(500e-9)
+    assert tier["packet"] == {"mtu": 4096, "switching": "cut_through", "switch_buffer": 1 << 20,
+                              "switch_latency": 0.0, "reduction_table_entries": 1024}   # defaults filled in
+    assert res["endpoint"] == {"message_engines": 0, "issue_overhead": 0.0, "reduction_bandwidth": 0.0}
+    inputs = doc["inputs"]
+    assert inputs["collectives"] == ["all_reduce"] and inputs["algorithm"] == "ring"
+    assert inputs["sizes"] == [16, 256, 4096] and inputs["engines"] == ["analytic"]
+    assert (inputs["dtype"], inputs["root"], inputs["stats"]) == ("float32", 0, False)
+    assert inputs["maxbytes"] == 4096 and inputs["overrides"] == []             # the flags, as typed
+
+
+def test_hash_is_stable_and_follows_the_inputs(capsys):
+    first = sweep_json(capsys)["inputs_sha256"]
+    assert sweep_json(capsys)["inputs_sha256"] == first                            # same inputs, same hash
+    # the same sizes spelled differently (-b/-e/-f) and the collective by its NCCL name: same hash
+    assert sweep_json(capsys, "-c", "allreduce", "-b", "16", "--e", "4096")["inputs_sha256"] == first
+    changed = sweep_json(capsys, "--set", "latency=1us")
+    assert changed["inputs_sha256"] != first
+    assert changed["topology"]["resolved"]["tiers"][0]["latency_s"] == pytest.approx(1e-6)
+    assert changed["inputs"]["overrides"] == ["latency=1us"]
+    assert sweep_json(capsys, "--set", "mtu=1K")["inputs_sha256"] != first        # packet keys count too
+    assert sweep_json(capsys, "-d", "bfloat16")["inputs_sha256"] != first
+
+
+def test_hash_is_the_same_in_a_fresh_process(capsys):
+    first = sweep_json(capsys)["inputs_sha256"]
+    code = ("import json, sys; from hcclsim.cli import main; main(" + repr(SWEEP + ["--format", "json"]) + ")")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert json.loads(out)["inputs_sha256"] == first
+
+
+def test_api_and_cli_agree_on_the_hash(capsys):
+    cli_hash = sweep_json(capsys)["inputs_sha256"]
+    rows = hcclsim.sweep(topology="switch8", algorithm="ring", sizes=[4096, 16, "256"])
+    assert rows.attrs["provenance"]["inputs_sha256"] == cli_hash
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="not a git checkout")
+def test_git_revision_in_a_checkout(capsys):
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip()
+    assert provenance.git_revision() == head
+    assert sweep_json(capsys)["git_revision"] == head
+
+
+def test_git_revision_absent_without_git(monkeypatch, capsys):
+    provenance.git_revision.cache_clear()
+    monkeypatch.setenv("PATH", "/nonexistent")
+    try:
+        assert provenance.git_revision() is None
+        assert "git_revision" not in sweep_json(capsys)
+    finally:
+        provenance.git_revision.cache_clear()
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_sidecar_for_csv_and_parquet(capsys, tmp_path, suffix):
+    if suffix == ".parquet":
+        pytest.importorskip("pyarrow")
+    path = tmp_path / f"out{suffix}"
+    status, _, err = run(capsys, *SWEEP, "-o", str(path))
+    assert (status, err) == (0, "")
+    side = Path(str(path) + ".meta.json")
+    meta = json.loads(side.read_text())
+    assert meta["schema_version"] == 1 and "rows" not in meta
+    assert meta["inputs_sha256"] == sweep_json(capsys)["inputs_sha256"]
+    if suffix == ".csv":
+        assert not path.read_text().startswith("#")                                # no comments in the CSV
+    back = hcclsim.read_results(path)
+    assert back.attrs["provenance"] == meta and len(back) == 3
+
+
+def test_json_has_no_sidecar_and_reads_back(capsys, tmp_path):
+    path = tmp_path / "out.json"
+    assert run(capsys, *SWEEP, "-o", str(path))[0] == 0
+    assert not Path(str(path) + ".meta.json").exists()
+    back = hcclsim.read_results(path)
+    assert back.attrs["provenance"]["topology"]["name"] == "switch8" and list(back.size_bytes) == [16, 256, 4096]
+
+
+def test_write_results_from_the_api(tmp_path):
+    rows = hcclsim.sweep(topology="switch8", algorithm="ring", sizes=[16, 4096])
+    hcclsim.write_results(rows, tmp_path / "r.csv")
+    back = hcclsim.read_results(tmp_path / "r.csv")
+    assert back.attrs["provenance"]["inputs_sha256"] == rows.attrs["provenance"]["inputs_sha256"]
+    pd.testing.assert_frame_equal(back, rows, check_exact=False, rtol=1e-5)
+
+
+# -------------------------------------------------------------------------------- schema versions
+
+FIX_IT = "is not supported (this hccl-bench reads version 1); regenerate the file with this version's"
+
+
+def test_unsupported_json_refused_with_fix_it_message(capsys, tmp_path):
+    good = tmp_path / "good.json"
+    assert run(capsys, *SWEEP, "-o", str(good))[0] == 0
+    doc = json.loads(good.read_text())
+    doc["schema_version"] = 2
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    with pytest.raises(ConfigError, match=re.escape("schema_version 2 " + FIX_IT)):
+        hcclsim.read_results(bad)
+    status, out, err = run(capsys, "compare", str(good), str(bad))
+    assert status == 2 and out == "" and "schema_version 2 " + FIX_IT in err
+
+
+def test_unsupported_sidecar_refused(capsys, tmp_path):
+    good = tmp_path / "good.csv"
+    assert run(capsys, *SWEEP, "-o", str(good))[0] == 0
+    bad = tmp_path / "bad.csv"
+    shutil.copy(good, bad)
+    meta = json.loads(Path(str(good) + ".meta.json").read_text())
+    Path(str(bad) + ".meta.json").write_text(json.dumps({**meta, "schema_version": 99}))
+    with pytest.raises(ConfigError, match=re.escape("schema_version 99 " + FIX_IT)):
+        hcclsim.read_results(bad)
+    status, _, err = run(capsys, "compare", str(good), str(bad))
+    assert status == 2 and "sidecar" in err and "schema_version 99 " + FIX_IT in err
+    assert run(capsys, "compare", str(good), str(good))[0] == 0
+
+
+def test_csv_without_sidecar_still_reads(capsys, tmp_path):
+    path = tmp_path / "plain.csv"
+    _, out, _ = run(capsys, *SWEEP, "--format", "csv")
+    path.write_text(out)
+    assert hcclsim.read_results(path).attrs["provenance"] is None
+    assert run(capsys, "compare", str(path), str(path))[0] == 0
+
+
+# ------------------------------------------------------------------------------------- Python API
+
+def test_import_is_light():
+    code = "import sys, hcclsim; print(sorted(m for m in ('pandas', 'numpy', 'numba') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+@pytest.mark.parametrize("first", ["attribute", "from_import"])
+def test_sweep_and_tune_are_callable_whatever_was_imported_first(first):
+    """In a fresh interpreter: `from hcclsim.sweep import sweep` before or after `hcclsim.sweep(...)`."""
+    pre = "from hcclsim.sweep import sweep, size_grid; " if first == "from_import" else ""
+    code = (f"{pre}import hcclsim; "
+            "df = hcclsim.sweep(topology='switch8', algorithm='ring', sizes=[16]); "
+            "from hcclsim.sweep import sweep, SweepResult; from hcclsim.tune import size_ranges; "
+            "r = hcclsim.tune(topology='switch8', sizes=[16, 1024]); "
+            "assert isinstance(sweep(hcclsim.load_topology('switch8'), ['all_reduce'], 'ring', [16]), SweepResult); "
+            "print(len(df), list(r.columns[:2]), hcclsim.run_sweep is hcclsim.api.run_sweep)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "1 ['collective', 'min_size_bytes'] True"
+
+
+def test_api_sweep_matches_the_core_sweep():
+    from hcclsim.sweep import sweep as core
+    want = core(load_topology("switch8"), ["all_reduce", "all_gather"], "ring,direct", [64, 1 << 20]).rows
+    got = hcclsim.sweep(topology="switch8", collective="all_reduce,all_gather", algorithm="ring,direct",
+                        sizes=["64", "1M"])
+    pd.testing.assert_frame_equal(got, want)
+    grid = hcclsim.sweep(topology="switch8", algorithm="ring", b=16, e="4K", f=16)
+    assert list(grid.size_bytes) == [16, 256, 4096]
+
+
+def test_api_input_errors():
+    with pytest.raises(ConfigError, match="either sizes"):
+        hcclsim.sweep(topology="switch8", sizes=[16], b=16)
+    with pytest.raises(ConfigError, match="collective"):
+        hcclsim.sweep(topology="switch8", collective="allsum", sizes=[16])
+    with pytest.raises(ConfigError, match="overrides"):
+        hcclsim.sweep(topology=load_topology("switch8"), sizes=[16], overrides=["latency=0"])
+
+
+def test_api_doc_example_runs(capsys):
+    """docs/api.md's first python block, executed as written."""
+    text = (ROOT / "docs" / "api.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, re.DOTALL)
+    assert blocks, "docs/api.md has no python example"
+    namespace: dict = {"__name__": "docs_api_example"}
+    exec(compile(blocks[0], "docs/api.md", "exec"), namespace)  # noqa: S102 (our own docs, on purpose)
+    assert {"rows", "ranges", "meta", "topo"} <= set(namespace)
+    assert namespace["meta"]["inputs_sha256"] == namespace["rows"].attrs["provenance"]["inputs_sha256"]
+    assert "in_switch" in capsys.readouterr().out
