@@ -31,9 +31,28 @@ def busbw(spec: str, collective: str, topo, size: int, dtype_size: int = 4) -> f
     return sz.size_bytes / t * C.busbw_factor(collective, topo.nranks) / 1e9
 
 
+def run_cli(capsys, *argv):
+    """main(argv) as the console script runs it: (exit status, stdout, stderr)."""
+    from hcclsim.cli import main
+
+    status = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return status, out.out, out.err
+
+
+def assert_one_line_error(status, out, err, *needles, expected_status=2):
+    """An error as users must see it: the status, nothing on stdout, one line on stderr, no traceback."""
+    assert status == expected_status, err
+    assert out == ""
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    assert err.startswith("hccl-bench: error: ") and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in err, err
+
+
 def counts_to_check(n: int):
     """Block sizes (elements) that divide evenly and that do not."""
     return sorted({1, 3, 7, n, 2 * n + 1, 64, 97})
 
 
-__all__ = ["busbw", "compile_for", "counts_to_check", "np", "time_of"]
+__all__ = ["assert_one_line_error", "busbw", "compile_for", "counts_to_check", "np", "run_cli", "time_of"]

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import assert_one_line_error
+from helpers import run_cli as run
 
-from hcclsim.cli import main
 from hcclsim.config import load_topology
 from hcclsim.nccltests import collective_of, read
 from hcclsim.sweep import sweep
@@ -17,18 +18,8 @@ SAMPLE = DATA / "nccl-tests-all_reduce-synthetic.txt"
 SIZES = [8 << i for i in range(0, 28, 2)]         # 8 B .. 512 MiB
 
 
-def run(capsys, *argv):
-    status = main([str(a) for a in argv])
-    out = capsys.readouterr()
-    return status, out.out, out.err
 
 
-def assert_one_line_error(status, out, err, *needles):
-    assert status == 2, err
-    assert out == ""
-    assert err.startswith("hccl-bench: error: ") and err.count("\n") == 1, err
-    for needle in needles:
-        assert needle in err, err
 
 
 def ring_us(size, n, path_latency, bw):

@@ -8,9 +8,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from helpers import assert_one_line_error
+from helpers import run_cli as run
 
 import hcclsim.commands.sweep as sweep_module
-from hcclsim.cli import cli, main
+from hcclsim.cli import cli
 from hcclsim.config import ENDPOINT_KEYS, FLAT_KEYS, HIER_KEYS, OUT_KEYS, UP_KEYS, load_topology
 from hcclsim.sweep import COLUMNS, STAT_COLUMNS, sweep
 
@@ -25,20 +27,8 @@ all_reduce,ring,switch8,8,analytic,4096,1024,float32,-1,14.1434,0.289606,0.50681
 SWEEP = ["sweep", "-t", "switch8", "-a", "ring", "-e", "4K", "-f", "16"]
 
 
-def run(capsys, *argv):
-    """main(argv) as the console script runs it: (exit status, stdout, stderr)."""
-    status = main(list(argv))
-    out = capsys.readouterr()
-    return status, out.out, out.err
 
 
-def assert_one_line_error(status, out, err, *needles, expected_status=2):
-    assert status == expected_status, err
-    assert out == ""
-    assert err.endswith("\n") and err.count("\n") == 1, err        # one line, no traceback
-    assert err.startswith("hccl-bench: error: ") and "Traceback" not in err
-    for needle in needles:
-        assert needle in err, err
 
 
 def ring_allreduce_us(size_bytes, n=8, alpha=1e-6, bw=50e9, dtype_size=4):

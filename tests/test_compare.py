@@ -9,19 +9,16 @@ from xml.etree import ElementTree as ET
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from helpers import run_cli as run
 
 from hcclsim import gate
-from hcclsim.cli import cli, main
+from hcclsim.cli import cli
 from hcclsim.sweep import COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = ROOT / "results" / "baselines" / "switch8-allreduce.csv"
 
 
-def run(capsys, *argv):
-    status = main([str(a) for a in argv])
-    out = capsys.readouterr()
-    return status, out.out, out.err
 
 
 def assert_error(status, out, err, *needles):

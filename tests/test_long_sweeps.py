@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import run_cli as run
 
 import hcclsim.commands._long as long_module
 import hcclsim.sweep as sweep_lib
 from hcclsim import collectives as C
 from hcclsim import executors
-from hcclsim.cli import main
 from hcclsim.config import load_topology
 from hcclsim.incremental import RowWriter, sidecar
 from hcclsim.sweep import size_grid, sweep
@@ -26,10 +26,6 @@ SWEEP = ["sweep", "-t", "switch8", "-c", "all_reduce,all_gather", "-e", "64K", "
 KEY = ["collective", "algorithm", "engine", "size_bytes"]
 
 
-def run(capsys, *argv):
-    status = main(list(argv))
-    out = capsys.readouterr()
-    return status, out.out, out.err
 
 
 @pytest.fixture

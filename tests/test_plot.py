@@ -6,6 +6,8 @@ from xml.etree import ElementTree as ET
 
 import pandas as pd
 import pytest
+from helpers import assert_one_line_error
+from helpers import run_cli as run
 
 from hcclsim import plot as P
 from hcclsim.cli import main
@@ -14,18 +16,8 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ALGOS = ("ring", "tree")
 
 
-def run(capsys, *argv):
-    status = main([str(a) for a in argv])
-    out = capsys.readouterr()
-    return status, out.out, out.err
 
 
-def assert_one_line_error(status, out, err, *needles):
-    assert status == 2, err
-    assert out == ""
-    assert err.count("\n") == 1 and err.startswith("hccl-bench: error: ") and "Traceback" not in err, err
-    for needle in needles:
-        assert needle in err, err
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import run_cli as run
 
 import hcclsim
 from hcclsim import provenance
-from hcclsim.cli import main
 from hcclsim.config import load_topology
 from hcclsim.errors import ConfigError
 
@@ -21,10 +21,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SWEEP = ["sweep", "-t", "switch8", "-a", "ring", "-e", "4K", "-f", "16"]
 
 
-def run(capsys, *argv):
-    status = main(list(argv))
-    out = capsys.readouterr()
-    return status, out.out, out.err
 
 
 def sweep_json(capsys, *extra) -> dict:

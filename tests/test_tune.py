@@ -8,9 +8,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from click.testing import CliRunner
+from helpers import run_cli as run
 
 import hcclsim.commands.tune as tune_module
-from hcclsim.cli import cli, main
+from hcclsim.cli import cli
 from hcclsim.collectives import COLLECTIVES
 from hcclsim.config import load_topology
 from hcclsim.sweep import COLUMNS, size_grid, sweep
@@ -21,10 +22,6 @@ GIB = 1 << 30
 LATENCY_OPTIMAL = {"direct_oneshot", "in_switch", "halving_doubling"}
 
 
-def run(capsys, *argv):
-    status = main(list(argv))
-    out = capsys.readouterr()
-    return status, out.out, out.err
 
 
 def strict_json(text):
