@@ -7,24 +7,14 @@ import sys
 import click
 
 from .. import collectives as C
-from ..config import DEFAULT_PRESET, load_topology
+from ..config import load_topology
 from ..errors import ConfigError
 from ..provenance import metadata
 from ..report import FORMATS, output_format, render_table, to_csv, to_json, write
 from ..sweep import parse_engines, size_grid, sweep
 from ..trace import write_trace
-from ..units import DTYPE_SIZE, parse_size
 from ._long import run as long_run
-
-
-class SizeType(click.ParamType):
-    name = "SIZE"
-
-    def convert(self, value, param, ctx):
-        try:
-            return parse_size(value, where=f"{param.opts[-1]}")
-        except ConfigError as e:
-            self.fail(str(e).split(": ", 1)[-1], param, ctx)
+from ._options import grid_options
 
 
 @click.command("sweep")
@@ -33,18 +23,7 @@ class SizeType(click.ParamType):
 @click.option("-a", "--algorithm", default="all", show_default=True, metavar="NAME[,NAME...]|all",
               help="Algorithm(s), each optionally with options (ring:channels=2). 'all' = every applicable one; "
                    "see `hccl-bench algorithms`.")
-@click.option("-t", "--topology", default=DEFAULT_PRESET, show_default=True, metavar="PRESET|FILE.toml",
-              help="A built-in preset (see `hccl-bench topologies`) or a TOML file.")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="Override a topology key, e.g. --set bandwidth=100GB/s or --set scale_out.domains=64 (repeatable).")
-@click.option("-b", "--b", "--minbytes", "minbytes", type=SizeType(), default="16", show_default=True,
-              help="Smallest size (8, 64K, 1M, 1G; K = 1024).")
-@click.option("-e", "--e", "--maxbytes", "maxbytes", type=SizeType(), default="1G", show_default=True,
-              help="Largest size.")
-@click.option("-f", "--f", "--stepfactor", "factor", type=int, default=4, show_default=True,
-              help="Multiply the size by this factor from -b to -e.")
-@click.option("-d", "--dtype", default="float32", show_default=True,
-              help=f"Element type: {', '.join(DTYPE_SIZE)}.")
+@grid_options(minbytes="16", factor=4)
 @click.option("-r", "--root", default=0, show_default=True, help="Root rank of broadcast and reduce.")
 @click.option("--engine", default="analytic", show_default=True, metavar="analytic|packet|analytic,packet",
               help="Timing engine(s): the alpha-beta model, the packet-level simulation, or both side by side.")

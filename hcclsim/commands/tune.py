@@ -7,29 +7,19 @@ import sys
 import click
 
 from .. import collectives as C
-from ..config import DEFAULT_PRESET, load_topology
+from ..config import load_topology
 from ..errors import ConfigError
 from ..provenance import metadata
 from ..report import FORMATS, output_format, render_tune, to_csv, to_json, write
 from ..sweep import parse_engines, size_grid, sweep
 from ..tune import json_safe, size_ranges
-from ..units import DTYPE_SIZE
-from .sweep import SizeType
+from ._options import grid_options
 
 
 @click.command("tune")
-@click.option("-t", "--topology", default=DEFAULT_PRESET, show_default=True, metavar="PRESET|FILE.toml",
-              help="A built-in preset (see `hccl-bench topologies`) or a TOML file.")
 @click.option("-c", "--collective", default=C.ALL_REDUCE, show_default=True, metavar="NAME[,NAME...]|all",
               help=f"Collective(s): {', '.join(C.COLLECTIVES)}.")
-@click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a topology key (repeatable).")
-@click.option("-b", "--b", "--minbytes", "minbytes", type=SizeType(), default="8", show_default=True,
-              help="Smallest size (8, 64K, 1M, 1G; K = 1024).")
-@click.option("-e", "--e", "--maxbytes", "maxbytes", type=SizeType(), default="1G", show_default=True,
-              help="Largest size.")
-@click.option("-f", "--f", "--stepfactor", "factor", type=int, default=2, show_default=True,
-              help="Multiply the size by this factor from -b to -e.")
-@click.option("-d", "--dtype", default="float32", show_default=True, help=f"Element type: {', '.join(DTYPE_SIZE)}.")
+@grid_options(minbytes="8", factor=2)
 @click.option("--engine", default="analytic", show_default=True, metavar="analytic|packet",
               help="The engine whose times decide.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
