@@ -41,10 +41,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..jit import njit
+from .calendar import PB, PMASK, U, _heap_pop, _qsort, _queue, _room
 
 EV_TX_DONE, EV_ARRIVE, EV_START, EV_REDUCED = 0, 1, 2, 3
-PB = 42                                   # payload bits: (id << 2) | event type
-PMASK = (1 << PB) - 1
 FIX = 16                                  # link_ser / reduce costs are ps per byte << FIX
 
 # transfer table columns (xt, built by packet.prepare)
@@ -53,7 +52,6 @@ NX = 11
 # The kernel's state is row-major in 1-D arrays: row offsets are uint64 (id << shift) and the
 # column constants below are uint64 too, so an index stays unsigned and Numba emits no
 # negative-index fix-up on the hot path.
-U = np.uint64
 # transfer rows: xt's columns (T_SRC.. = X_SRC..), then the transfer's state
 (T_SRC, T_DST, T_NPK, T_PKB, T_LASTB, T_PATH, T_PLEN, T_JOB, T_FUSED, T_REDUCE, T_RANKSRC,
  T_NEXTPK, T_QUEUED, T_DELIV, T_NDEPS, T_XNEXT) = (U(i) for i in range(16))
@@ -82,112 +80,6 @@ G_DONE, G_HEAP, G_BUCKETS, G_PACKETS, G_TRACE, G_LOST = range(6)
 # statistics
 S_EVENTS, S_PEAK_QUEUE, S_TABLE_PEAK, S_TABLE_STALL, S_UNFINISHED = range(5)
 NSTATS = 5
-
-
-@njit
-def _heap_push(heap, n, key):
-    """Push onto a binary min-heap with room for it; returns the new size."""
-    i = n
-    while i > 0:
-        p = (i - 1) >> 1
-        if heap[U(p)] <= key:
-            break
-        heap[U(i)] = heap[U(p)]
-        i = p
-    heap[U(i)] = key
-    return n + 1
-
-
-@njit
-def _heap_pop(heap, n):
-    """Remove the top of a binary min-heap of n keys; returns the new size."""
-    n -= 1
-    v = heap[U(n)]
-    i = 0
-    while True:
-        c = 2 * i + 1
-        if c >= n:
-            break
-        if c + 1 < n and heap[U(c + 1)] < heap[U(c)]:
-            c += 1
-        if v <= heap[U(c)]:
-            break
-        heap[U(i)] = heap[U(c)]
-        i = c
-    heap[U(i)] = v
-    return n
-
-
-@njit
-def _qsort(a, lo, hi, stack):
-    """Sort a[lo:hi] in place: quicksort (median of three, smaller side first, explicit stack of
-    128), insertion sort below 16 elements. Not recursive: Numba's cache cannot reload recursive kernels."""
-    top = 0
-    while True:
-        while hi - lo > 16:
-            m = (lo + hi) >> 1
-            h = hi - 1
-            if a[U(m)] < a[U(lo)]:
-                a[U(m)], a[U(lo)] = a[U(lo)], a[U(m)]
-            if a[U(h)] < a[U(m)]:
-                a[U(h)], a[U(m)] = a[U(m)], a[U(h)]
-                if a[U(m)] < a[U(lo)]:
-                    a[U(m)], a[U(lo)] = a[U(lo)], a[U(m)]
-            piv = a[U(m)]
-            i, j = lo, h
-            while True:
-                while a[U(i)] < piv:
-                    i += 1
-                while piv < a[U(j)]:
-                    j -= 1
-                if i >= j:
-                    break
-                a[U(i)], a[U(j)] = a[U(j)], a[U(i)]
-                i += 1
-                j -= 1
-            if j + 1 - lo < hi - j - 1:         # push the larger side, sort the smaller now
-                stack[top] = j + 1
-                stack[top + 1] = hi
-                hi = j + 1
-            else:
-                stack[top] = lo
-                stack[top + 1] = j + 1
-                lo = j + 1
-            top += 2
-        for i in range(lo + 1, hi):
-            v = a[U(i)]
-            j = i - 1
-            while j >= lo and a[U(j)] > v:
-                a[U(j + 1)] = a[U(j)]
-                j -= 1
-            a[U(j + 1)] = v
-        if top == 0:
-            return
-        top -= 2
-        lo = stack[top]
-        hi = stack[top + 1]
-
-
-@njit
-def _room(bc, nheap, hcap, csh, cur, wsh, mask, t, need):
-    """Whether `need` more events at time t fit without growing the heap or a bucket."""
-    b = t >> wsh
-    if b == cur:
-        return nheap + need <= hcap
-    return bc[U(b & mask)] + need <= (1 << csh)
-
-
-@njit
-def _queue(bk, bc, heap, nheap, csh, cur, wsh, mask, t, payload):
-    """Queue an event (room checked by _room); returns the new heap size."""
-    key = ((t & ((1 << wsh) - 1)) << PB) | payload
-    b = t >> wsh
-    if b == cur:
-        return _heap_push(heap, nheap, key)
-    bi = U(b & mask)
-    bk[U((b & mask) << csh) + U(bc[bi])] = key
-    bc[bi] += 1
-    return nheap
 
 
 @njit
