@@ -83,6 +83,20 @@ NSTATS = 5
 
 
 @njit
+def _release(ptr, idx, x, xs, work, nwork):
+    """Transfer x released its dependents ptr/idx (DATA on arrival, ORDER once it left): each whose
+    last dependency this was becomes ready. Returns the new stack size (work has room)."""
+    for c in range(ptr[x], ptr[x + 1]):
+        y = idx[c]
+        yo = (U(y) << TSH) + T_NDEPS
+        xs[yo] -= 1
+        if xs[yo] == 0:
+            work[U(nwork)] = (y << 4) | A_READY
+            nwork += 1
+    return nwork
+
+
+@njit
 def _enqueue(pk, ls, lk, p):
     """Append packet p to link lk's FIFO."""
     o = U(lk) << LSH
@@ -418,13 +432,7 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
         elif act == E_START:                                        # issue overhead passed, or a transfer left
             if ident & 1:                                           # its last byte left: release order deps
                 x = ident >> 1
-                for c in range(order_ptr[x], order_ptr[x + 1]):
-                    y = order_idx[c]
-                    yo = (U(y) << TSH) + T_NDEPS
-                    xs[yo] -= 1
-                    if xs[yo] == 0:
-                        work[U(nwork)] = (y << 4) | A_READY
-                        nwork += 1
+                nwork = _release(order_ptr, order_idx, x, xs, work, nwork)
                 act = A_NONE
             else:
                 act = A_INJECT
@@ -478,22 +486,10 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
                 break
             act = A_NONE
         elif act == A_COMPLETE:
-            for c in range(child_ptr[ident], child_ptr[ident + 1]):
-                y = child_idx[c]
-                yo = (U(y) << TSH) + T_NDEPS
-                xs[yo] -= 1
-                if xs[yo] == 0:
-                    work[U(nwork)] = (y << 4) | A_READY
-                    nwork += 1
+            nwork = _release(child_ptr, child_idx, ident, xs, work, nwork)
             xo = U(ident) << TSH
             if xs[xo + T_NPK] == 0 or xs[xo + T_PLEN] == 0 or xs[xo + T_FUSED] == 1:
-                for c in range(order_ptr[ident], order_ptr[ident + 1]):   # never 'left' on its own: now
-                    y = order_idx[c]
-                    yo = (U(y) << TSH) + T_NDEPS
-                    xs[yo] -= 1
-                    if xs[yo] == 0:
-                        work[U(nwork)] = (y << 4) | A_READY
-                        nwork += 1
+                nwork = _release(order_ptr, order_idx, ident, xs, work, nwork)   # never 'left' alone: now
             act = A_NONE
         elif act == A_WAKE_TABLE:                                   # retry in FIFO order
             so = U(ident) << NSH
