@@ -1,14 +1,27 @@
-"""Parallel sweeps: wall time of ``hccl-bench sweep`` with ``--jobs 1`` against ``--jobs 2`` (and all cores).
+"""Parallel sweeps: wall time of ``hccl-bench sweep`` with ``--jobs 1`` against ``--jobs 2`` (and all cores),
+and on a local Dask cluster with ``--executor dask``.
 
-A few hundred points: h100-cluster (128 ranks), every collective and algorithm, 8 B .. 1 GiB by 2,
-analytic engine. Workers cost about a second each to start (imports, cached Numba kernels), so
---jobs pays only when the blocks' work is several times that (docs/config.md, "Long sweeps"). Each run is a fresh ``hccl-bench`` process, as a user runs it
-(interpreter start, imports and cached Numba kernels included); the best of REPS runs counts. The rows
-are checked identical across --jobs.
+Two sweeps of a few hundred points (SWEEPS):
+
+* packet: dgx-h100 (8 ranks), every collective and algorithm, 8 B .. 1 GiB by 2, timed by the packet
+  engine: 644 points, about 13 s of simulation on one core. The study one parallelises: it is the
+  packet engine (queueing, incast, merge tables) that takes time.
+* analytic: h100-cluster (128 ranks), every collective and algorithm, 8 B .. 1 GiB by 2, analytic
+  engine: 672 points in about 1.5 s of work after about a second of interpreter start and imports. Too
+  short for workers to matter much (start-up is serial); shown so the table does not only flatter.
+
+Each run is a fresh ``hccl-bench`` process, as a user runs it (interpreter start, imports and cached
+Numba kernels included), after one untimed run that warms the Numba cache; the best of REPS runs
+counts, the runs of a sweep taking turns. With the dask extra installed, the packet sweep then runs
+with ``--executor dask`` on a LocalCluster started here (as many worker processes as cores, one thread
+each; one untimed run first, as the workers load the kernels at their first unit, then the best of
+REPS); the cluster shares the machine with hccl-bench's own process. The rows (the -o CSV text) are
+checked identical to ``--jobs 1`` for every run.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -16,40 +29,72 @@ import tempfile
 import time
 from pathlib import Path
 
-from ._common import note, table, title
+from ._common import child_env, note, table, title, venv_bin
 
-REPS = 2
-ARGS = ["sweep", "-t", "h100-cluster", "-c", "all", "-a", "all", "-b", "8", "-e", "1G", "-f", "2", "-q",
-        "--format", "csv"]
+REPS = 3
+TIMEOUT = 600
+COMMON = ["-c", "all", "-a", "all", "-b", "8", "-e", "1G", "-f", "2", "-q", "--format", "csv"]
+SWEEPS = {
+    "packet": ["sweep", "-t", "dgx-h100", "--engine", "packet", *COMMON],
+    "analytic": ["sweep", "-t", "h100-cluster", "--engine", "analytic", *COMMON],
+}
 
 
-def run(jobs: int, out: Path) -> float:
-    best = float("inf")
+def hccl_bench(args: list[str], out: Path) -> float:
+    t0 = time.perf_counter()
+    subprocess.run([venv_bin("hccl-bench"), *args, "-o", str(out)], check=True, env=child_env(),
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=TIMEOUT)
+    return time.perf_counter() - t0
+
+
+def best(runs: dict[str, list[str]], tmp: Path) -> dict[str, tuple[float, str]]:
+    """{name: (best wall seconds of REPS runs, the -o CSV text)}; the runs take turns, so that load from
+    other processes spreads over all of them."""
+    times = {name: float("inf") for name in runs}
     for _ in range(REPS):
-        t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "hcclsim.cli", *ARGS, "-j", str(jobs), "-o", str(out)],
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        best = min(best, time.perf_counter() - t0)
-    return best
+        for name, args in runs.items():
+            times[name] = min(times[name], hccl_bench(args, tmp / f"{name}.csv"))
+    return {name: (times[name], (tmp / f"{name}.csv").read_text()) for name in runs}
+
+
+def dask_cluster():
+    """A LocalCluster (one single-threaded worker process per core), or None without the dask extra."""
+    try:
+        from distributed import LocalCluster
+    except ImportError:
+        return None
+    return LocalCluster(n_workers=os.cpu_count() or 1, threads_per_worker=1, processes=True,
+                        dashboard_address=":0")
+
+
+def measure(name: str, args: list[str], tmp: Path, with_dask: bool) -> list[list[str]]:
+    jobs = sorted({1, 2, os.cpu_count() or 1})
+    hccl_bench([*args, "-j", "1"], tmp / "warm.csv")
+    runs = best({f"--jobs {j}": [*args, "-j", str(j)] for j in jobs}, tmp)
+    cluster = dask_cluster() if with_dask else None      # started only now: idle, it still takes some CPU
+    if cluster is not None:
+        with cluster:
+            dask = [*args, "--executor", "dask", "--scheduler", cluster.scheduler_address]
+            hccl_bench(dask, tmp / "warm.csv")                  # the workers load the kernels
+            runs |= best({f"dask, {len(cluster.workers)} workers": dask}, tmp)
+    serial, want = runs["--jobs 1"]
+    points = want.count("\n") - 1
+    return [[f"{name} ({points} points)", how, f"{seconds:.2f}", f"{serial / seconds:.2f}x",
+             "yes" if text == want else "NO"] for how, (seconds, text) in runs.items()]
 
 
 def main(argv=()) -> int:
     cores = os.cpu_count() or 1
-    title(f"parallel: hccl-bench {' '.join(ARGS[:-2])} -j N, fresh process, best of {REPS}")
-    subprocess.run([sys.executable, "-m", "hcclsim.cli", *ARGS, "-j", "1"], check=True,   # warm the Numba cache
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    title(f"parallel: hccl-bench sweep COMMON -j N / --executor dask, fresh process, best of {REPS}")
+    note(f"COMMON = {' '.join(COMMON)}")
+    for name, args in SWEEPS.items():
+        note(f"{name}: hccl-bench {' '.join(args[:-len(COMMON)])} COMMON")
+    with_dask = importlib.util.find_spec("distributed") is not None
     with tempfile.TemporaryDirectory() as tmp:
-        jobs = sorted({1, 2, cores})
-        times, texts = {}, {}
-        for j in jobs:
-            out = Path(tmp) / f"j{j}.csv"
-            times[j] = run(j, out)
-            texts[j] = out.read_text()
-        points = texts[1].count("\n") - 1
-        rows = [[str(j), f"{times[j]:.2f}", f"{times[1] / times[j]:.2f}x",
-                 "yes" if texts[j] == texts[1] else "NO"] for j in jobs]
-        print(table(["--jobs", "wall s", "speed-up vs 1", "rows identical"], rows))
-        note(f"{points} points; {cores} cores; load average {os.getloadavg()[0]:.2f}")
+        rows = [r for name, args in SWEEPS.items() for r in measure(name, args, Path(tmp), with_dask and name == "packet")]
+    print(table(["sweep", "how", "wall s", "speed-up vs --jobs 1", "rows identical"], rows))
+    note(f"{cores} cores; load average {os.getloadavg()[0]:.2f} (1 min)"
+         + ("" if with_dask else "; no dask extra, so no --executor dask run"))
     return 0
 
 

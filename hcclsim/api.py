@@ -21,11 +21,13 @@ import pandas as pd
 from . import collectives as C
 from .config import DEFAULT_PRESET, load_topology
 from .errors import ConfigError
+from .execution import Noise
+from .executors import open_executor
 from .provenance import metadata
 from .sweep import size_grid
 from .sweep import sweep as _core_sweep
 from .topology import Topology
-from .units import parse_size
+from .units import parse_size, parse_time
 
 __all__ = ["load_topology", "read_results", "run_sweep", "run_tune", "write_results"]
 
@@ -50,6 +52,14 @@ def _sizes(sizes, b, e, f) -> list[int]:
                      4 if f is None else int(f))
 
 
+def _seconds(value, where: str) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not value >= 0:
+            raise ConfigError(f"{where}: expected a time >= 0, got {value!r}")
+        return float(value)
+    return parse_time(value, where)
+
+
 def _collectives(collective) -> list[str]:
     if isinstance(collective, str):
         collective = list(C.COLLECTIVES) if collective.strip() == "all" else collective.split(",")
@@ -58,20 +68,29 @@ def _collectives(collective) -> list[str]:
 
 def run_sweep(topology=DEFAULT_PRESET, collective=C.ALL_REDUCE, algorithm: str = "all", sizes=None, *, b=None,
               e=None, f=None, dtype: str = "float32", root: int = 0, engine="analytic", stats: bool = False,
-              overrides=()) -> pd.DataFrame:
+              overrides=(), launch: str = "host", iters: int = 1, skew=0, jitter=0, seed: int = 0,
+              jobs: int | None = None, executor: str = "local", scheduler: str | None = None) -> pd.DataFrame:
     """`hccl-bench sweep` as a function: one row per (collective, algorithm, engine, size), columns as in
     docs/results.md.
 
     topology: a preset name, a TOML path or a Topology; collective: a name, a comma list, a list or 'all';
     algorithm: like -a ('all', 'ring,tree', 'ring:channels=2', 'auto'); sizes: a list of sizes (ints or
-    '64K'), or b/e/f as nccl-tests' -b/-e/-f (defaults 16, 1G, 4); overrides: ['bandwidth=100GB/s', ...]."""
+    '64K'), or b/e/f as nccl-tests' -b/-e/-f (defaults 16, 1G, 4); overrides: ['bandwidth=100GB/s', ...]; launch, iters, skew, jitter
+    and seed as the command's flags (times in seconds or strings such as '2us'). jobs, executor and scheduler as
+    --jobs, --executor and --scheduler, except that jobs defaults to 1 (this process); the rows are the same
+    whichever runs them."""
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise ConfigError(f"jobs: expected a whole number >= 1, got {jobs!r}")
     topo = _topology(topology, overrides)
     grid = _sizes(sizes, b, e, f)
     colls = _collectives(collective)
-    result = _core_sweep(topo, colls, algorithm, grid, dtype=dtype, root=root, engine=engine, stats=stats)
+    noise = Noise(iters, _seconds(skew, "skew"), _seconds(jitter, "jitter"), seed)
+    with open_executor(executor, scheduler, jobs) as run_units:
+        result = _core_sweep(topo, colls, algorithm, grid, dtype=dtype, root=root, engine=engine, stats=stats,
+                             launch=launch, noise=noise, jobs=jobs or 1, executor=run_units)
     rows = result.rows
     rows.attrs["provenance"] = metadata(topo, collectives=colls, algorithm=algorithm, sizes=grid, dtype=dtype,
-                                        root=root, engine=engine, stats=stats,
+                                        root=root, engine=engine, stats=stats, launch=launch, noise=noise,
                                         given={"topology": topo.name if isinstance(topology, Topology)
                                                else str(topology), "overrides": list(overrides)})
     rows.attrs["skipped"] = list(result.skipped)

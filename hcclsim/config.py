@@ -13,18 +13,28 @@ from importlib import resources
 from pathlib import Path
 
 from .errors import ConfigError, suggest, unknown
-from .params import DEFAULT_ENDPOINT, DEFAULT_PACKET, SWITCHING, Endpoint, PacketParams
+from .params import (
+    DEFAULT_ENDPOINT,
+    DEFAULT_PACKET,
+    EXECUTIONS,
+    HIDEABLE,
+    PROTOCOLS,
+    SWITCHING,
+    Endpoint,
+    PacketParams,
+)
 from .topology import FLAT_KINDS, SCALE_OUT_KINDS, Topology, build_flat, build_hierarchical
-from .units import parse_bandwidth, parse_size, parse_time
+from .units import parse_bandwidth, parse_flops, parse_size, parse_time
 
 PACKET_KEYS = {"mtu", "switching", "switch_buffer", "switch_latency", "reduction_table_entries"}
-ENDPOINT_KEYS = {"message_engines", "issue_overhead", "reduction_bandwidth"}
-FLAT_KEYS = {"description", "kind", "ranks", "bandwidth", "latency", "in_switch_reduce", "dims", "endpoint"} \
-    | PACKET_KEYS
-HIER_KEYS = {"description", "kind", "scale_up", "scale_out", "endpoint"}
+ENDPOINT_KEYS = {"message_engines", "issue_overhead", "reduction_bandwidth", "launch_overhead", "graph_generation",
+                 "metadata_copy", "subgraph_schedule", "hidden", "execution", "sm_share", "sm_reduction_bandwidth",
+                 "protocol", "peak_flops", "gemm_efficiency", "memory_bandwidth"}
+FLAT_KEYS = {"description", "kind", "ranks", "bandwidth", "latency", "in_switch_reduce", "dims"} | PACKET_KEYS
+HIER_KEYS = {"description", "kind", "scale_up", "scale_out"}
+TOP_TABLES = ("topology", "endpoint")
 UP_KEYS = {"kind", "ranks", "bandwidth", "latency", "in_switch_reduce"} | PACKET_KEYS
 OUT_KEYS = {"kind", "domains", "bandwidth", "latency", "oversubscription", "leaf_size", "spines"} | PACKET_KEYS
-OPTIONAL_TABLES = {"endpoint"}          # --set may create these
 DEFAULT_PRESET = "dgx-h100"
 
 
@@ -92,7 +102,10 @@ class _Table:
     def where(self, key: str) -> str:
         full = f"{self.prefix}.{key}"
         short = full.split(".", 1)[1]
-        return f"--set {short}" if short in self.overridden else f"{self.label}: {full}"
+        for given in (full, short):
+            if given in self.overridden:
+                return f"--set {given}"
+        return f"{self.label}: {full}"
 
     def check_keys(self, allowed: set[str]) -> None:
         for key in self.data:
@@ -164,23 +177,27 @@ def build(doc: dict, name: str, label: str, overrides: list[str] = ()) -> Topolo
     """Validate a parsed document (with overrides applied) and build its topology."""
     doc = copy.deepcopy(doc)
     for key in doc:
-        if key != "topology":
-            raise ConfigError(f"{label}: unknown top-level table or key {key!r}{suggest(key, ['topology'])}; "
-                              f"expected [topology]")
+        if key not in TOP_TABLES:
+            raise ConfigError(f"{label}: unknown top-level table or key {key!r}{suggest(key, TOP_TABLES)}; "
+                              f"expected [topology] and optionally [endpoint]")
     if not isinstance(doc.get("topology"), dict):
         raise ConfigError(f"{label}: the [topology] table is missing")
+    if "endpoint" in doc["topology"]:
+        raise ConfigError(f"{label}: topology.endpoint: the endpoint keys now live in a top-level [endpoint] "
+                          f"table; rename [topology.endpoint] to [endpoint]")
     overridden = set()
     for item in overrides:
         path, value = parse_override(item)
-        node = doc["topology"]
+        node = doc if path[0] == "endpoint" and len(path) > 1 else doc["topology"]
+        if node is doc and "endpoint" not in doc:
+            doc["endpoint"] = {}
         for part in path[:-1]:
-            if part not in node and part in OPTIONAL_TABLES and node is doc["topology"]:
-                node[part] = {}
             if not isinstance(node.get(part), dict):
                 raise ConfigError(f"--set {'.'.join(path)}: there is no table {part!r} to set a key in")
             node = node[part]
         node[path[-1]] = value
         overridden.add(".".join(path))
+    endpoint = _endpoint(doc, label, overridden)
     top = _Table(doc["topology"], "topology", label, overridden)
     kind = top.get("kind", _choice([*FLAT_KINDS, "hierarchical"]), required=True)
     spec = copy.deepcopy(doc["topology"])
@@ -208,7 +225,7 @@ def build(doc: dict, name: str, label: str, overrides: list[str] = ()) -> Topolo
             up.get("latency", parse_time, 0.0), up.get("in_switch_reduce", _bool, False), out_kind,
             domains, out.get("bandwidth", parse_bandwidth, required=True),
             out.get("latency", parse_time, 0.0), out.get("oversubscription", _number(1.0), 1.0),
-            leaf_size, spec=spec, up_packet=_packet(up), out_packet=_packet(out), endpoint=_endpoint(top),
+            leaf_size, spec=spec, up_packet=_packet(up), out_packet=_packet(out), endpoint=endpoint,
             spines=out.get("spines", _int(1), 1))
     top.check_keys(FLAT_KEYS)
     dims = top.get("dims", _dims)
@@ -227,7 +244,7 @@ def build(doc: dict, name: str, label: str, overrides: list[str] = ()) -> Topolo
     top.get("description", _str)
     return build_flat(name, kind, ranks, top.get("bandwidth", parse_bandwidth, required=True),
                       top.get("latency", parse_time, 0.0), top.get("in_switch_reduce", _bool, False), dims,
-                      spec=spec, packet=_packet(top), endpoint=_endpoint(top))
+                      spec=spec, packet=_packet(top), endpoint=endpoint)
 
 
 def _packet(table: _Table) -> PacketParams:
@@ -241,15 +258,58 @@ def _packet(table: _Table) -> PacketParams:
                                                           d.reduction_table_entries))
 
 
-def _endpoint(top: _Table) -> Endpoint:
-    table = top.sub("endpoint", required=False)
-    if table is None:
+def _endpoint(doc: dict, label: str, overridden: set[str]) -> Endpoint:
+    """The [endpoint] table (docs/config.md, docs/execution.md), defaults from hcclsim.params."""
+    if "endpoint" not in doc:
         return DEFAULT_ENDPOINT
+    if not isinstance(doc["endpoint"], dict):
+        raise ConfigError(f"{label}: endpoint: expected a table [endpoint]")
+    table = _Table(doc["endpoint"], "endpoint", label, overridden)
     table.check_keys(ENDPOINT_KEYS)
     d = DEFAULT_ENDPOINT
-    return Endpoint(message_engines=table.get("message_engines", _int(0), d.message_engines),
-                    issue_overhead=table.get("issue_overhead", parse_time, d.issue_overhead),
-                    reduction_bandwidth=table.get("reduction_bandwidth", _bandwidth_or_zero, d.reduction_bandwidth))
+    return Endpoint(
+        message_engines=table.get("message_engines", _int(0), d.message_engines),
+        issue_overhead=table.get("issue_overhead", parse_time, d.issue_overhead),
+        reduction_bandwidth=table.get("reduction_bandwidth", _bandwidth_or_zero, d.reduction_bandwidth),
+        launch_overhead=table.get("launch_overhead", parse_time, d.launch_overhead),
+        graph_generation=table.get("graph_generation", parse_time, d.graph_generation),
+        metadata_copy=table.get("metadata_copy", parse_time, d.metadata_copy),
+        subgraph_schedule=table.get("subgraph_schedule", parse_time, d.subgraph_schedule),
+        hidden=table.get("hidden", _names(HIDEABLE), d.hidden),
+        execution=table.get("execution", _choice(EXECUTIONS, "execution"), d.execution),
+        sm_share=table.get("sm_share", _fraction(False), d.sm_share),
+        sm_reduction_bandwidth=table.get("sm_reduction_bandwidth", _bandwidth_or_zero, d.sm_reduction_bandwidth),
+        protocol=table.get("protocol", _choice(PROTOCOLS, "protocol"), d.protocol),
+        peak_flops=table.get("peak_flops", _flops_or_zero, d.peak_flops),
+        gemm_efficiency=table.get("gemm_efficiency", _fraction(True), d.gemm_efficiency),
+        memory_bandwidth=table.get("memory_bandwidth", _bandwidth_or_zero, d.memory_bandwidth))
+
+
+def _names(allowed):
+    def parse(v, where):
+        items = [v] if isinstance(v, str) else v
+        if not isinstance(items, list) or not all(isinstance(x, str) for x in items):
+            raise ConfigError(f"{where}: expected a list of names from: {', '.join(allowed)}; got {v!r}")
+        for x in items:
+            if x not in allowed:
+                raise ConfigError(f"{where}: unknown name {x!r}{suggest(x, allowed)}; expected names from: "
+                                  f"{', '.join(allowed)}")
+        return tuple(dict.fromkeys(items))
+    return parse
+
+
+def _fraction(positive: bool):
+    """A number in (0, 1] (positive) or [0, 1)."""
+    def parse(v, where):
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and ((0 < v <= 1) if positive else (0 <= v < 1))
+        if not ok:
+            raise ConfigError(f"{where}: expected a number {'in (0, 1]' if positive else 'in [0, 1)'}, got {v!r}")
+        return float(v)
+    return parse
+
+
+def _flops_or_zero(v, where):
+    return 0.0 if v == 0 or v == "0" else parse_flops(v, where)
 
 
 def _size(lo: int):

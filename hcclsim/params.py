@@ -1,8 +1,9 @@
 """Packet-level and endpoint parameters of a topology, with their defaults and the reasons for them.
 
-The analytic engine ignores all of these; the packet engine reads them. A topology described
-only by the basic keys keeps these defaults, under which the packet engine has no hidden
-costs either: no issue overhead, no limit on message engines, no reduction cost.
+PacketParams are read by the packet engine only. Endpoint (the [endpoint] table) is read by both
+engines (issue overhead, reduction bandwidth), by hcclsim.execution (launch, compiled-collective
+costs, protocol) and by hcclsim.workload (compute). A topology described only by the basic keys
+keeps these defaults, under which nothing is charged beyond the network.
 """
 
 from __future__ import annotations
@@ -35,13 +36,39 @@ class PacketParams:
     reduction_table_entries: int = 1024
 
 
+EXECUTIONS = ("offload", "sm")
+HIDEABLE = ("graph_generation", "metadata_copy", "subgraph_schedule", "issue_overhead")
+PROTOCOLS = ("none", "ll", "ll128", "simple")
+
+
 @dataclass(frozen=True)
 class Endpoint:
-    """Keys of [topology.endpoint]: how ranks issue and absorb transfers."""
+    """Keys of the [endpoint] table: how a rank launches, issues and executes collectives.
 
-    message_engines: int = 0          # transfers a rank drives at once; 0 = no limit
-    issue_overhead: float = 0.0       # seconds from a transfer being ready to its first packet leaving
+    Every default costs nothing, so a topology that says nothing about its endpoints is timed by the
+    network alone; presets carry sourced values (docs/execution.md has the model, docs/presets.md the
+    sources).
+    """
+
+    # -- issuing transfers (both engines) --
+    message_engines: int = 0          # transfers a rank drives at once; 0 = no limit (packet engine)
+    issue_overhead: float = 0.0       # s per transfer (work-queue element) from ready to its first byte leaving
     reduction_bandwidth: float = 0.0  # bytes/s a rank reduces on arrival (near-memory compute); 0 = free
+    # -- launching a collective --
+    launch_overhead: float = 0.0      # s from the host's call to the collective starting (--launch host)
+    graph_generation: float = 0.0     # s of host time to compile the collective's graph (HCCL)
+    metadata_copy: float = 0.0        # s to copy the compiled graph's metadata to the device (HCCL)
+    subgraph_schedule: float = 0.0    # s of control-core time per subgraph (one per channel a rank drives)
+    hidden: tuple = ()                # which of HIDEABLE are pipelined behind the previous collective
+    # -- where the collective runs --
+    execution: str = "offload"        # "offload": dedicated message engines; "sm": on the compute units
+    sm_share: float = 0.0             # fraction of compute units an "sm" collective occupies while it runs
+    sm_reduction_bandwidth: float = 0.0  # bytes/s an "sm" collective reduces on arrival; 0 = free
+    protocol: str = "none"            # NCCL-like protocol: none (ideal), ll, ll128, simple (hcclsim.execution)
+    # -- the device's compute, for overlap (hcclsim.workload) --
+    peak_flops: float = 0.0           # FLOP/s of the compute units (dense, the GEMM's dtype); 0 = unknown
+    gemm_efficiency: float = 1.0      # fraction of peak_flops a large GEMM reaches alone
+    memory_bandwidth: float = 0.0     # bytes/s of device memory (HBM); 0 = not a limit
 
 
 DEFAULT_PACKET = PacketParams()

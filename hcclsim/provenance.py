@@ -86,9 +86,11 @@ def inputs_hash(topology: dict, canonical_inputs: dict) -> str:
 
 
 def metadata(topo, *, collectives, algorithm: str, sizes, dtype: str = "float32", root: int = 0,
-             engine="analytic", stats: bool = False, given: dict | None = None) -> dict:
+             engine="analytic", stats: bool = False, given: dict | None = None, launch: str = "host",
+             noise=None) -> dict:
     """Everything a results file says about how it was made (module docstring). given: the flags as
-    typed (kept for people; not hashed)."""
+    typed (kept for people; not hashed). launch and noise (hcclsim.execution.Noise) are hashed when they
+    differ from the defaults (host launch, one quiet iteration)."""
     from . import collectives as C
     from .sweep import parse_engines
     from .units import parse_dtype
@@ -99,6 +101,10 @@ def metadata(topo, *, collectives, algorithm: str, sizes, dtype: str = "float32"
     canonical = {"collectives": colls, "algorithm": str(algorithm), "sizes": sorted({int(s) for s in sizes}),
                  "dtype": parse_dtype(dtype), "root": int(root), "engines": parse_engines(engine),
                  "stats": bool(stats)}
+    if launch != "host":
+        canonical["launch"] = launch
+    if noise is not None and noise.percentiles:
+        canonical["noise"] = {"iters": noise.iters, "skew_s": noise.skew, "jitter_s": noise.jitter, "seed": noise.seed}
     topology = resolved_topology(topo)
     meta = {"schema_version": SCHEMA_VERSION, "hccl_bench_version": __version__}
     rev = git_revision()

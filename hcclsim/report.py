@@ -18,6 +18,8 @@ from .tune import best_per_size
 from .units import format_size
 
 FORMATS = ("table", "csv", "json")
+SPREAD_COLUMNS = ("time_us_p75", "time_us_p95", "time_us_min", "time_us_max")   # time (us) is the p50
+SPREAD_HEADERS = ("p75 (us)", "p95 (us)", "min (us)", "max (us)")
 FLOAT_FORMAT = "%.6g"
 
 
@@ -83,9 +85,10 @@ def render_table(df: pd.DataFrame, file=None) -> None:
         for col in ("size (B)", "count (elems)", "type", "root"):
             t.add_column(col, justify="right")
         many = len(engines) > 1
+        spread = "time_us_p95" in part.columns       # noisy iterations: PARAM-like latency percentiles
         for e in engines:
             suffix = f" {e}" if many else ""
-            for col in ("time (us)", "algbw (GB/s)", "busbw (GB/s)"):
+            for col in ("time (us)", "algbw (GB/s)", "busbw (GB/s)") + (SPREAD_HEADERS if spread else ()):
                 t.add_column(col + suffix, justify="right")
         if many:
             t.add_column("ratio", justify="right")
@@ -99,6 +102,8 @@ def render_table(df: pd.DataFrame, file=None) -> None:
             for e in engines:
                 r = by_engine[e].iloc[i]
                 cells += [f"{r.time_us:.2f}", f"{r.algbw_GBps:.2f}", f"{r.busbw_GBps:.2f}"]
+                if spread:
+                    cells += [f"{r[c]:.2f}" for c in SPREAD_COLUMNS]
             if many:
                 cells.append(f"{by_engine[engines[-1]].iloc[i].time_us / row.time_us:.3f}" if row.time_us else "-")
             if chosen:

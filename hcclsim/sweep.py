@@ -22,6 +22,8 @@ from . import collectives as C
 from .algorithm import ALGORITHMS, Algorithm, Problem, load_all, parse_spec
 from .engine import analytic, packet
 from .errors import ConfigError, UnsupportedError
+from .execution import PERCENTILE_COLUMNS, QUIET, Noise, check_launch, summarize
+from .execution import run as run_engine
 from .topology import Topology
 from .tune import best_per_size
 from .units import DTYPE_SIZE, parse_dtype
@@ -90,39 +92,45 @@ def metrics(collective: str, n: int, size_bytes: np.ndarray, seconds: np.ndarray
     return {"time_us": seconds * 1e6, "algbw_GBps": algbw, "busbw_GBps": algbw * C.busbw_factor(collective, n)}
 
 
-def time_algorithm(algo: Algorithm, problem: Problem, sizes: list[int], dtype: str, engines=("analytic",)):
-    """(Sizing per size, {engine: (seconds per size, stats per size or None)}) for one algorithm.
+def time_algorithm(algo: Algorithm, problem: Problem, sizes: list[int], dtype: str, engines=("analytic",),
+                   launch: str = "host", noise: Noise = QUIET):
+    """(Sizing per size, {engine: (seconds[iters, sizes], stats per size)}) for one algorithm.
 
-    Compiles once per structure key; every engine times the same schedules."""
+    Compiles once per structure key; every engine times the same schedules, on the device's timeline
+    (hcclsim.execution: launch, endpoint costs, noisy iterations)."""
     ws = DTYPE_SIZE[dtype]
     n = problem.nranks
     sizings = [C.sizing(problem.collective, s, ws, n) for s in sizes]
     keys = [algo.structure_key(problem, sz, ws) for sz in sizings]
-    out = {e: (np.zeros(len(sizes)), {c: np.full(len(sizes), np.nan) for c in STAT_COLUMNS}) for e in engines}
+    out = {e: (np.zeros((noise.iters, len(sizes))), {c: np.full(len(sizes), np.nan) for c in STAT_COLUMNS})
+           for e in engines}
     for key in dict.fromkeys(keys):
         idx = [i for i, k in enumerate(keys) if k == key]
         schedule = algo.compile(problem, key)
         for engine in engines:
-            timing = ENGINES[engine](schedule, problem.topology, [sizings[i].block_elems for i in idx], ws)
-            out[engine][0][idx] = timing.time
-            for name, values in (timing.stats or {}).items():
+            samples, stats = run_engine(ENGINES[engine], schedule, problem.topology,
+                                        [sizings[i].block_elems for i in idx], ws, launch, noise)
+            out[engine][0][:, idx] = samples
+            for name, values in (stats or {}).items():
                 out[engine][1][name][idx] = values
     return sizings, out
 
 
-def _frame(ctx, coll, label, sizings, engine_name, seconds, counters):
-    topology, dtype, root, stats, _ = ctx
+def _frame(ctx, coll, label, sizings, engine_name, samples, counters):
+    topology, dtype, root, stats = ctx[:4]
     size_bytes = np.array([s.size_bytes for s in sizings], np.float64)
+    spread = summarize(samples)
+    seconds = spread["time_us_p50"] / 1e6
     return pd.DataFrame({
         "collective": coll, "algorithm": label, "topology": topology.name,
         "ranks": topology.nranks, "engine": engine_name, "size_bytes": size_bytes.astype(np.int64),
         "count": [s.count for s in sizings], "dtype": dtype,
         "root": root if coll in (C.BROADCAST, C.REDUCE) else -1,
-        **metrics(coll, topology.nranks, size_bytes, seconds), **(counters if stats else {})})
+        **metrics(coll, topology.nranks, size_bytes, seconds), **spread, **(counters if stats else {})})
 
 
 def _finish(ctx, frame, chosen):
-    frame = frame[COLUMNS + (STAT_COLUMNS if ctx[3] else [])]
+    frame = frame[COLUMNS + (PERCENTILE_COLUMNS if ctx[6].percentiles else []) + (STAT_COLUMNS if ctx[3] else [])]
     return frame.assign(chosen=chosen) if ctx[4] else frame
 
 
@@ -149,30 +157,32 @@ class Unit:
 def run_unit(ctx, unit: Unit) -> list[pd.DataFrame]:
     """The rows of one unit, one frame per engine (in the unit's engine order). Picklable, for workers."""
     topology, dtype, root = ctx[:3]
+    how = ctx[5:]
     coll, sizes, engines = unit.collective, list(unit.sizes), unit.engines
     problem = Problem(coll, topology, root)
     if unit.algorithm != AUTO:
-        sizings, timed = time_algorithm(unit.algorithm, problem, sizes, dtype, engines)
+        sizings, timed = time_algorithm(unit.algorithm, problem, sizes, dtype, engines, *how)
         return [_finish(ctx, _frame(ctx, coll, unit.label, sizings, e, *timed[e]), unit.label) for e in engines]
     candidates = [a for a in algorithms_for("all", coll) if not a.unsupported(problem)]
-    timed = {a.label: (a, *time_algorithm(a, problem, sizes, dtype)) for a in candidates}
+    timed = {a.label: (a, *time_algorithm(a, problem, sizes, dtype, ("analytic",), how[0])) for a in candidates}
     sizings = next(iter(timed.values()))[1]
     scores = pd.concat([_frame(ctx, coll, label, sz, "analytic", *t["analytic"]) for label, (_, sz, t) in timed.items()])
     pick = best_per_size(scores, "analytic").set_index("size_bytes")["algorithm"]
     chosen = [pick[s.size_bytes] for s in sizings]
     out = []
     for engine_name in engines:
-        seconds, counters = np.zeros(len(sizes)), {c: np.full(len(sizes), np.nan) for c in STAT_COLUMNS}
+        seconds = np.zeros((how[1].iters, len(sizes)))
+        counters = {c: np.full(len(sizes), np.nan) for c in STAT_COLUMNS}
         for label in dict.fromkeys(chosen):
             idx = [i for i, c in enumerate(chosen) if c == label]
             algo, _, t = timed[label]
-            if engine_name != "analytic":        # time only the sizes this algorithm won
-                t = time_algorithm(algo, problem, [sizes[i] for i in idx], dtype, (engine_name,))[1]
+            if engine_name != "analytic" or how[1] != QUIET:    # time only the sizes this algorithm won
+                t = time_algorithm(algo, problem, [sizes[i] for i in idx], dtype, (engine_name,), *how)[1]
                 idx_t = slice(None)
             else:
                 idx_t = idx
             sec, cnt = t[engine_name]
-            seconds[idx] = sec[idx_t]
+            seconds[:, idx] = sec[:, idx_t]
             for c in STAT_COLUMNS:
                 counters[c][idx] = cnt[c][idx_t]
         out.append(_finish(ctx, _frame(ctx, coll, AUTO, sizings, engine_name, seconds, counters), chosen))
@@ -192,7 +202,7 @@ def _done_keys(previous) -> set:
 def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "all", sizes=(1 << 20,),
           dtype: str = "float32", root: int = 0, engine="analytic", stats: bool = False,
           on_row=None, previous: pd.DataFrame | None = None, jobs: int = 1, executor=None,
-          on_start=None) -> SweepResult:
+          on_start=None, launch: str = "host", noise: Noise = QUIET) -> SweepResult:
     """Run the grid; rows in a stable order (collective, algorithm as listed, engine as listed, size).
 
     engine: 'analytic', 'packet', 'analytic,packet' or a list; stats adds the engines' counters
@@ -200,7 +210,9 @@ def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "al
     algorithm, engine) block as it finishes (in completion order when jobs > 1). previous: rows
     already computed (`--resume`): their (collective, algorithm, engine, size) points are skipped
     and they are merged into the result in the sweep's order. jobs/executor: how units run
-    (hcclsim.executors; default the local process pool). on_start(units) gets the units to run."""
+    (hcclsim.executors; default the local process pool). on_start(units) gets the units to run.
+    launch ('host' or 'device') and noise (iterations, skew, jitter, seed) put every point on the device's
+    timeline (hcclsim.execution); with several iterations rows get PERCENTILE_COLUMNS and time_us is the p50."""
     from .executors import get_executor
 
     dtype = parse_dtype(dtype)
@@ -209,7 +221,7 @@ def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "al
         raise ConfigError(f"--root: expected a rank in 0..{topology.nranks - 1}, got {root}")
     sizes = sorted({int(s) for s in sizes})
     listed, auto = split_auto(algorithms)
-    ctx = (topology, dtype, root, stats, auto)
+    ctx = (topology, dtype, root, stats, auto, check_launch(launch), noise)
     skipped, blocks = [], []           # blocks: (collective, algorithm) in the sweep's order
     for coll in [C.canonical(c) for c in collectives]:
         problem = Problem(coll, topology, root)

@@ -76,6 +76,25 @@ def parse_bandwidth(value, where: str = "bandwidth") -> float:
     return bw
 
 
+_FLOPS_UNIT = {"FLOP/s": 1.0, "FLOPS": 1.0, "KFLOP/s": 1e3, "MFLOP/s": 1e6, "GFLOP/s": 1e9, "TFLOP/s": 1e12,
+               "PFLOP/s": 1e15, "GFLOPS": 1e9, "TFLOPS": 1e12, "PFLOPS": 1e15}
+
+
+def parse_flops(value, where: str = "peak_flops") -> float:
+    """'989TFLOP/s' (or '989TFLOPS') -> 9.89e14 FLOP/s. Must be positive."""
+    expected = "a compute rate such as 989TFLOP/s or 1.2PFLOPS"
+    m = re.fullmatch(r"\s*" + _NUM + r"\s*([A-Za-z/]+)\s*", value) if isinstance(value, str) else None
+    if not m:
+        raise ConfigError(f"{_where(where)}expected {expected}, got {value!r}")
+    scale = _FLOPS_UNIT.get(m.group(2))
+    if scale is None:
+        raise ConfigError(f"{_where(where)}unknown unit {m.group(2)!r} in {value!r}; expected {expected}")
+    rate = _scaled(m.group(1), scale)
+    if not rate > 0 or math.isinf(rate):
+        raise ConfigError(f"{_where(where)}expected a positive compute rate, got {value!r}")
+    return rate
+
+
 def parse_time(value, where: str = "time") -> float:
     """'500ns' -> 5e-7 s; also 'us', 'ms', 's', 'ps'. Plain 0 is accepted. Must be >= 0."""
     expected = "a time such as 500ns, 1.5us or 2ms"

@@ -14,7 +14,7 @@ from helpers import run_cli as run
 
 import hcclsim
 from hcclsim import provenance
-from hcclsim.config import load_topology
+from hcclsim.config import ENDPOINT_KEYS, load_topology
 from hcclsim.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +44,9 @@ def test_json_carries_provenance(capsys):
     assert tier["bandwidth_Bps"] == 50e9 and tier["latency_s"] == pytest.approx(500e-9)
     assert tier["packet"] == {"mtu": 4096, "switching": "cut_through", "switch_buffer": 1 << 20,
                               "switch_latency": 0.0, "reduction_table_entries": 1024}   # defaults filled in
-    assert res["endpoint"] == {"message_engines": 0, "issue_overhead": 0.0, "reduction_bandwidth": 0.0}
+    assert res["endpoint"]["message_engines"] == 0 and res["endpoint"]["launch_overhead"] == 0.0
+    assert res["endpoint"]["execution"] == "offload" and res["endpoint"]["hidden"] == []
+    assert set(res["endpoint"]) == ENDPOINT_KEYS
     inputs = doc["inputs"]
     assert inputs["collectives"] == ["all_reduce"] and inputs["algorithm"] == "ring"
     assert inputs["sizes"] == [16, 256, 4096] and inputs["engines"] == ["analytic"]

@@ -1,33 +1,43 @@
-"""The long-sweep side of `hccl-bench sweep`: incremental -o, --resume, Ctrl-C, progress bar, --jobs.
+"""The long-sweep side of `hccl-bench sweep`: incremental -o, --resume, Ctrl-C, progress bar, --jobs,
+--executor.
 
-run() wraps hcclsim.sweep.sweep: finished blocks go to -o (or its sidecar) as they arrive
+run() wraps hcclsim.sweep.sweep: the executor is opened first (a Dask cluster connected and checked,
+hcclsim.executors.open_executor), finished blocks go to -o (or its sidecar) as they arrive
 (hcclsim.incremental), a rich progress bar shows on stderr when the sweep lasts over PROGRESS_DELAY
 seconds and stderr is a terminal, and Ctrl-C stops with exit status 130 and one line saying how many
 rows were kept and how to resume.
+
+The bar is redrawn by one thread of ours that does everything under a lock, registered with
+hcclsim.executors.fork_safe, so the local executor may fork its workers while the bar runs.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
+from functools import partial
 
 import click
 
 from ..errors import ConfigError
-from ..executors import default_jobs
+from ..executors import default_jobs, forget_fork_safe, fork_safe, open_executor
 from ..incremental import RowWriter, load_previous
 from ..sweep import COLUMNS, STAT_COLUMNS, split_auto
 from ..units import parse_dtype
 
 PROGRESS_DELAY = 1.0            # seconds before the bar appears
+REFRESH = 4                     # redraws a second
 
 
 class _Progress:
-    """A rich bar on stderr, started only after PROGRESS_DELAY; a no-op when disabled."""
+    """A rich bar on stderr, shown after PROGRESS_DELAY and redrawn REFRESH times a second by a thread
+    that works only under self.lock (held across fork()); a no-op when disabled."""
 
     def __init__(self, enabled: bool):
-        self.bar = self.task = self.timer = None
+        self.bar = self.task = self.thread = None
         self.enabled = enabled
+        self.lock = threading.Lock()
+        self.done = threading.Event()
 
     def start(self, units):
         if not self.enabled or not units:
@@ -37,12 +47,24 @@ class _Progress:
 
         self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TextColumn("points"), TimeElapsedColumn(),
-                            console=Console(stderr=True), transient=True)
+                            console=Console(stderr=True), transient=True, auto_refresh=False)
         first = units[0]
         self.task = self.bar.add_task(f"{first.collective} {first.label}", total=sum(u.points for u in units))
-        self.timer = threading.Timer(PROGRESS_DELAY, self.bar.start)
-        self.timer.daemon = True
-        self.timer.start()
+        self.thread = threading.Thread(target=self._draw, name="hccl-bench progress", daemon=True)
+        fork_safe(self.thread, self.lock)
+        self.thread.start()
+
+    def _draw(self):
+        if self.done.wait(PROGRESS_DELAY):
+            return
+        with self.lock:
+            if self.done.is_set():
+                return
+            self.bar.start()
+        while not self.done.wait(1 / REFRESH):
+            with self.lock:
+                if not self.done.is_set():
+                    self.bar.refresh()
 
     def advance(self, frame):
         if self.bar is not None:
@@ -50,10 +72,14 @@ class _Progress:
             self.bar.update(self.task, advance=len(frame), description=f"{row.collective} {row.algorithm}")
 
     def stop(self):
-        if self.timer is not None:
-            self.timer.cancel()
-        if self.bar is not None:
-            self.bar.stop()
+        if self.thread is None:
+            return
+        self.done.set()
+        with self.lock:
+            self.bar.stop()                    # nothing when it never started
+        self.thread.join()
+        forget_fork_safe(self.thread)
+        self.thread = None
 
 
 def _interrupted(e: BaseException) -> bool:
@@ -65,13 +91,23 @@ def _interrupted(e: BaseException) -> bool:
     return False
 
 
-def run(sweep, topo, colls, algorithm, sizes, *, dtype, root, engine, stats, output, resume, jobs, quiet):
-    """sweep(...) (hcclsim.sweep.sweep) as (SweepResult, RowWriter or None); exits 130 on Ctrl-C after reporting the rows kept."""
+def run(sweep, topo, colls, algorithm, sizes, *, dtype, root, engine, stats, output, resume, jobs, quiet,
+        executor=None, scheduler=None):
+    """sweep(...) (hcclsim.sweep.sweep) as (SweepResult, RowWriter or None); exits 130 on Ctrl-C after reporting the rows kept.
+
+    executor/scheduler: --executor local|dask and --scheduler ADDRESS, opened (checked, connected) before
+    anything is read or written."""
     if resume and not output:
         raise ConfigError("--resume: needs -o/--output FILE, the file to resume")
     if jobs is not None and jobs < 1:
         raise ConfigError(f"--jobs: expected a whole number >= 1, got {jobs}")
-    jobs = jobs or default_jobs()
+    with open_executor(executor, scheduler, jobs) as run_units:
+        return _run(partial(sweep, executor=run_units), topo, colls, algorithm, sizes, dtype=dtype, root=root,
+                    engine=engine, stats=stats, output=output, resume=resume, jobs=jobs or default_jobs(),
+                    quiet=quiet)
+
+
+def _run(sweep, topo, colls, algorithm, sizes, *, dtype, root, engine, stats, output, resume, jobs, quiet):
     previous = None
     if resume:
         columns = COLUMNS + (STAT_COLUMNS if stats else []) + (["chosen"] if split_auto(algorithm)[1] else [])

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import sys
+from functools import partial
 
 import click
 
 from .. import collectives as C
 from ..config import load_topology
 from ..errors import ConfigError
+from ..execution import LAUNCHES, Noise
 from ..provenance import metadata
 from ..report import FORMATS, output_format, render_table, to_csv, to_json, write
 from ..sweep import parse_engines, size_grid, sweep
 from ..trace import write_trace
+from ..units import parse_time
 from ._long import run as long_run
 from ._options import grid_options
 
@@ -32,6 +35,17 @@ from ._options import grid_options
 @click.option("--trace", "trace_file", metavar="FILE.json",
               help="Write a Chrome/Perfetto trace of one point (the first algorithm at the largest size) "
                    "simulated by the packet engine.")
+@click.option("--launch", type=click.Choice(LAUNCHES), default="host", show_default=True,
+              help="host: each collective pays the endpoint's launch_overhead; device: launched ahead and released "
+                   "by a compute kernel (device-triggered), no launch on the critical path.")
+@click.option("--iters", type=int, default=1, show_default=True, metavar="N",
+              help="Iterations per point; with more than one (or with --skew/--jitter) rows get time_us_p50, _p75, "
+                   "_p95, _min, _max and time_us is the p50.")
+@click.option("--skew", default="0", show_default=True, metavar="TIME",
+              help="Ranks arrive uniformly at random within this time of the first (e.g. 2us), per iteration.")
+@click.option("--jitter", default="0", show_default=True, metavar="TIME",
+              help="Mean of an exponential delay before every transfer (e.g. 500ns), per iteration.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the skew and jitter draws.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
               help="What to print on stdout.")
 @click.option("-o", "--output", metavar="FILE", help="Also write the rows to FILE (.csv, .json or .parquet), "
@@ -40,9 +54,15 @@ from ._options import grid_options
               help="Keep the rows already in -o FILE (and FILE.partial.csv), compute only the rest and append.")
 @click.option("-j", "--jobs", type=int, default=None, metavar="N",
               help="Worker processes for (collective, algorithm) blocks  [default: all cores]")
+@click.option("--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True,
+              help="Where blocks run: this machine's cores (--jobs), or an existing Dask cluster (--scheduler; "
+                   "the dask extra). Same rows either way.")
+@click.option("--scheduler", metavar="ADDRESS",
+              help="The Dask scheduler of --executor dask, e.g. tcp://10.0.0.1:8786 (as `dask scheduler` prints).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar on stderr.")
 def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, factor, dtype, root, engine, stats,
-              trace_file, fmt, output, resume, jobs, quiet):
+              trace_file, launch, iters, skew, jitter, seed, fmt, output, resume, jobs, executor, scheduler,
+              quiet):
     """Sweep message sizes for collectives and algorithms on one topology.
 
     \b
@@ -50,6 +70,7 @@ def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, fa
       hccl-bench sweep
       hccl-bench sweep -c all_gather -a ring,direct -t two-tier-128 -b 1K -e 1G -f 2
       hccl-bench sweep -t my_fabric.toml --set latency=1us --format csv > out.csv
+      hccl-bench sweep -t mtia300-rack --launch device --iters 100 --skew 2us --jitter 500ns --seed 1
     """
     if output:
         output_format(output)
@@ -57,14 +78,17 @@ def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, fa
     sizes = size_grid(minbytes, maxbytes, factor)
     colls = list(C.COLLECTIVES) if collective.strip() == "all" else [c for c in collective.split(",") if c.strip()]
     parse_engines(engine)
+    noise = Noise(iters, parse_time(skew, "--skew"), parse_time(jitter, "--jitter"), seed)
     if trace_file and not trace_file.endswith(".json"):
         raise ConfigError(f"--trace: expected a file ending in .json, got {trace_file!r}")
-    result, writer = long_run(sweep, topo, colls, algorithm, sizes, dtype=dtype, root=root, engine=engine, stats=stats,
-                              output=output, resume=resume, jobs=jobs, quiet=quiet)
+    timed = partial(sweep, launch=launch, noise=noise)
+    result, writer = long_run(timed, topo, colls, algorithm, sizes, dtype=dtype, root=root, engine=engine, stats=stats,
+                              output=output, resume=resume, jobs=jobs, quiet=quiet, executor=executor,
+                              scheduler=scheduler)
     for coll, algo, why in result.skipped:
         click.echo(f"hccl-bench: skipped {algo} for {coll} on {topo.name}: {why}", err=True)
     meta = metadata(topo, collectives=colls, algorithm=algorithm, sizes=sizes, dtype=dtype, root=root, engine=engine,
-                    stats=stats, given={"topology": topology, "collective": collective, "overrides": list(overrides),
+                    stats=stats, launch=launch, noise=noise, given={"topology": topology, "collective": collective, "overrides": list(overrides),
                                         "minbytes": minbytes, "maxbytes": maxbytes, "factor": factor})
     if writer:
         writer.finish(lambda path: write(result.rows, path, meta))

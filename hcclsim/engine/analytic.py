@@ -29,11 +29,13 @@ from ..schedule import (
     F_DST,
     F_ID,
     F_IL,
+    F_KIND,
     F_N,
     F_NRUN,
     F_SCH,
     F_SRC,
     ORDER,
+    PUT_REDUCE,
     Schedule,
 )
 from ..symmetry import equivariant, link_orbits
@@ -100,13 +102,22 @@ def _alloc_kernel(rows, last_use, cls, ncls):
 
 @njit
 def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, dep_kind, group_ptr, offset, summarize,
-                    pool_rows, params, link_bw, link_lat, max_hops, prefix, want_links):
+                    pool_rows, params, link_bw, link_lat, max_hops, prefix, want_links, nranks, overhead, red_bw,
+                    release, jitter, seed):
     """Finish time of the last transfer per size; optionally bytes per link per size.
 
     prefix[s, c]: bytes before chunk c at size s. pool rows of template t start at offset[t]:
     one row per instance, then (if summarize[t]) per-i maxima, per-j maxima and the overall max.
     A row holds 2*S times: when the transfer arrived (S sizes), then when it left its source.
+    Endpoint costs: overhead before the first byte of every transfer a rank issues (a switch's
+    multicast has no engine); a reduction into a rank runs
+    at most at red_bw shared by that rank's reductions of the group (0: free); with release (one time per rank, or empty) a rank's transfers start no
+    earlier than its release, and with jitter > 0 each transfer is delayed by an exponential draw of
+    that mean (seeded: the same seed gives the same times).
     """
+    if jitter > 0:
+        np.random.seed(seed)
+    red_cnt = np.zeros(nranks if red_bw > 0 else 0, np.int64)
     S = prefix.shape[0]
     S2 = 2 * S
     nlinks = len(link_bw)
@@ -124,13 +135,16 @@ def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, dep_kind, gr
             row = tmpl[t]
             for i in range(row[F_ID]):
                 for j in range(row[F_IL]):
-                    h = route_kernel(params, _aff(row, F_SRC, F_C3, i, j), _aff(row, F_DST, F_C3 + 1, i, j), links)
+                    dst = _aff(row, F_DST, F_C3 + 1, i, j)
+                    h = route_kernel(params, _aff(row, F_SRC, F_C3, i, j), dst, links)
                     for k in range(h):
                         lk = links[k]
                         if cnt[lk] == 0:
                             touched[ntouched] = lk
                             ntouched += 1
                         cnt[lk] += 1
+                    if red_bw > 0 and row[F_KIND] == PUT_REDUCE and dst < nranks:
+                        red_cnt[dst] += 1
         for t in range(t0, t1):
             row = tmpl[t]
             nd, nl = row[F_ID], row[F_IL]
@@ -157,7 +171,8 @@ def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, dep_kind, gr
                         for s in range(S):
                             v = pool[base + s]
                             start[s] = max(start[s], v)
-                    h = route_kernel(params, _aff(row, F_SRC, F_C3, i, j), _aff(row, F_DST, F_C3 + 1, i, j), links)
+                    src, dst = _aff(row, F_SRC, F_C3, i, j), _aff(row, F_DST, F_C3 + 1, i, j)
+                    h = route_kernel(params, src, dst, links)
                     lat = 0.0
                     inv = 0.0
                     for k in range(h):
@@ -165,11 +180,21 @@ def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, dep_kind, gr
                         lat += link_lat[lk]
                         x = cnt[lk] / link_bw[lk]
                         inv = max(inv, x)
+                    if red_bw > 0 and row[F_KIND] == PUT_REDUCE and dst < nranks:
+                        inv = max(inv, red_cnt[dst] / red_bw)
+                    delay = 0.0                              # a rank issues it: its engine's costs
+                    ready = 0.0
+                    if src < nranks:
+                        delay = overhead
+                        if jitter > 0:
+                            delay += -jitter * np.log(1.0 - np.random.random())
+                        if len(release):
+                            ready = release[src]
                     c = _aff(row, F_SCH, F_C3 + 2, i, j)
                     base = (offset[t] + i * nl + j) * S2
                     for s in range(S):
                         nb = nrun * (prefix[s, c + nch] - prefix[s, c])
-                        left = start[s] + nb * inv
+                        left = max(start[s], ready) + delay + nb * inv
                         f = left + lat
                         pool[base + s] = f
                         pool[base + S + s] = left
@@ -190,18 +215,21 @@ def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, dep_kind, gr
                             pool[ai] = max(pool[ai], v)
         for k in range(ntouched):
             cnt[touched[k]] = 0
+        red_cnt[:] = 0
     return gmax, link_bytes
 
 
 @njit
 def symmetric_kernel(tmpl, dep_ptr, dep_t, dep_kind, group_ptr, params, link_bw, link_lat, max_hops, orbit,
-                     orbit_size, nbytes, want_links):
+                     orbit_size, nbytes, want_links, nranks, overhead, red_bw):
     """analytic_kernel for equivariant schedules on a topology with the same symmetry.
 
     Every instance of a template finishes at the same time, so only instance (0, 0)
-    is walked; a link's sharers are its orbit's hops divided by the orbit's size.
+    is walked; a link's sharers are its orbit's hops divided by the orbit's size, and a rank's
+    reductions of a group are the group's reductions into ranks divided by the ranks.
     nbytes[t, s]: the largest transfer of template t at size s.
     """
+    red = 0.0
     T, S = nbytes.shape
     norb = len(orbit_size)
     fin = np.zeros((T, S))
@@ -214,9 +242,12 @@ def symmetric_kernel(tmpl, dep_ptr, dep_t, dep_kind, group_ptr, params, link_bw,
         t0, t1 = group_ptr[g], group_ptr[g + 1]
         for t in range(t0, t1):
             row = tmpl[t]
-            h = route_kernel(params, _aff(row, F_SRC, F_C3, 0, 0), _aff(row, F_DST, F_C3 + 1, 0, 0), links)
+            dst = _aff(row, F_DST, F_C3 + 1, 0, 0)
+            h = route_kernel(params, _aff(row, F_SRC, F_C3, 0, 0), dst, links)
             for k in range(h):
                 hops[orbit[links[k]]] += row[F_ID] * row[F_IL]
+            if row[F_KIND] == PUT_REDUCE and dst < nranks:
+                red += row[F_ID] * row[F_IL]
         for t in range(t0, t1):
             row = tmpl[t]
             h = route_kernel(params, _aff(row, F_SRC, F_C3, 0, 0), _aff(row, F_DST, F_C3 + 1, 0, 0), links)
@@ -227,12 +258,15 @@ def symmetric_kernel(tmpl, dep_ptr, dep_t, dep_kind, group_ptr, params, link_bw,
                 lat += link_lat[lk]
                 x = hops[orbit[lk]] / orbit_size[orbit[lk]] / link_bw[lk]
                 inv = max(inv, x)
+            src = _aff(row, F_SRC, F_C3, 0, 0)
+            if red_bw > 0 and row[F_KIND] == PUT_REDUCE and _aff(row, F_DST, F_C3 + 1, 0, 0) < nranks:
+                inv = max(inv, red / nranks / red_bw)
             for s in range(S):
                 start = 0.0
                 for e in range(dep_ptr[t], dep_ptr[t + 1]):
                     v = left[dep_t[e], s] if dep_kind[e] == ORDER else fin[dep_t[e], s]
                     start = max(start, v)
-                left[t, s] = start + nbytes[t, s] * inv
+                left[t, s] = start + (overhead if src < nranks else 0.0) + nbytes[t, s] * inv
                 f = left[t, s] + lat
                 fin[t, s] = f
                 gmax[s] = max(gmax[s], f)
@@ -244,6 +278,7 @@ def symmetric_kernel(tmpl, dep_ptr, dep_t, dep_kind, group_ptr, params, link_bw,
             h = route_kernel(params, _aff(row, F_SRC, F_C3, 0, 0), _aff(row, F_DST, F_C3 + 1, 0, 0), links)
             for k in range(h):
                 hops[orbit[links[k]]] = 0.0
+        red = 0.0
     return gmax, orbit_bytes
 
 
@@ -285,29 +320,37 @@ def chunk_prefix(s: Schedule, block_elems: np.ndarray, dtype_size: int) -> np.nd
 
 
 def run(schedule: Schedule, topo: Topology, block_elems, dtype_size: int, want_links: bool = False,
-        symmetric: bool | None = None) -> Timing:
+        symmetric: bool | None = None, release=None, jitter: float = 0.0, seed: int = 0) -> Timing:
     """Time a schedule on a topology for each block size (elements per block) given.
 
     symmetric: None picks the one-instance path whenever it is valid (see hcclsim.symmetry);
-    False forces the general path (tests compare the two).
+    False forces the general path (tests compare the two). The topology's endpoint gives the
+    per-transfer issue overhead and the ranks' reduction bandwidth. release (seconds per rank) and
+    jitter (mean seconds of an exponential delay per transfer, drawn from seed) describe one noisy
+    iteration (hcclsim.execution); the time is then measured from the earliest release.
     """
     block_elems = np.atleast_1d(np.asarray(block_elems, np.int64))
+    ep = topo.endpoint
+    noisy = release is not None or jitter > 0
     orbits = None
-    if symmetric is not False and equivariant(schedule):
+    if symmetric is not False and not noisy and equivariant(schedule):
         orbits = link_orbits(topo, schedule.shape)
+    s = schedule
     if orbits is not None:
-        s = schedule
         orbit, sizes = orbits
         nbytes = max_transfer_bytes(s, block_elems, dtype_size)
         t, ob = symmetric_kernel(s.tmpl, s.dep_ptr, s.dep_t, s.dep_kind, s.group_ptr, topo.params, topo.link_bw,
-                                 topo.link_lat, topo.max_hops, orbit, sizes, nbytes, want_links)
+                                 topo.link_lat, topo.max_hops, orbit, sizes, nbytes, want_links, topo.nranks,
+                                 ep.issue_overhead, ep.reduction_bandwidth)
         links = ob[orbit] / sizes[orbit][:, None] if want_links else np.zeros((0, len(block_elems)))
         return Timing(time=t, link_bytes=links, transfers=s.ntransfers)
     offset, summarize, pool_rows = plan_pool(schedule)
     prefix = chunk_prefix(schedule, block_elems, dtype_size)
-    s = schedule
+    rel = np.zeros(0) if release is None else np.asarray(release, np.float64)
     t, links = analytic_kernel(s.tmpl, s.dep_ptr, s.dep_t, s.dep_mode, s.dep_si, s.dep_sj, s.dep_kind, s.group_ptr,
-                               offset,
-                               summarize, pool_rows, topo.params, topo.link_bw, topo.link_lat, topo.max_hops,
-                               prefix, want_links)
+                               offset, summarize, pool_rows, topo.params, topo.link_bw, topo.link_lat, topo.max_hops,
+                               prefix, want_links, topo.nranks, ep.issue_overhead, ep.reduction_bandwidth, rel,
+                               float(jitter), int(seed))
+    if len(rel):
+        t = t - rel.min()
     return Timing(time=t, link_bytes=links, transfers=s.ntransfers)

@@ -9,6 +9,7 @@ analytic engine, plus the packet engine's counters. docs/packet.md describes the
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -67,12 +68,27 @@ class PacketProblem:
     wsh: int
     nbuckets: int
     explicit: dict = field(default_factory=dict)
+    max_delay: int = 0           # ps: the farthest ahead of now an event is ever scheduled
+    release_ps: np.ndarray | None = None   # per rank: issues nothing before (skew); None = 0
+    jitter_ps: np.ndarray | None = None    # per transfer: extra start delay (jitter); None = 0
+
+    def with_noise(self, release_s, jitter_s) -> PacketProblem:
+        """This problem with ranks released at release_s (seconds per rank, or None) and each transfer
+        delayed by jitter_s (seconds per transfer, or None); the calendar grows to reach that far."""
+        rel = np.zeros(self.nranks, np.int64) if release_s is None else _ps(release_s)
+        jit = np.zeros(len(self.xt), np.int64) if jitter_s is None else _ps(jitter_s)
+        extra = int(rel.max(initial=0)) + int(jit.max(initial=0))
+        nbuckets = 1 << int(np.ceil(np.log2(((self.max_delay + extra) >> self.wsh) + 3)))
+        return dataclasses.replace(self, release_ps=rel, jitter_ps=jit, nbuckets=max(nbuckets, self.nbuckets),
+                                   max_delay=self.max_delay + extra)
 
     def args(self, want_trace: bool):
         return (self.xt, self.path_links, self.child_ptr, self.child_idx, self.order_ptr, self.order_idx, self.ndeps, self.jobs, self.job_fan_ptr,
                 self.job_fan_idx, self.job_pk_ptr, self.link_ser, self.link_lat, self.link_buf, self.link_cut,
-                self.node_table, self.nranks, self.engines, self.issue_ps, self.reduce_ser, self.wsh,
-                self.nbuckets, want_trace)
+                self.node_table, self.nranks, self.engines, self.issue_ps,
+                np.zeros(self.nranks, np.int64) if self.release_ps is None else self.release_ps,
+                np.zeros(len(self.xt), np.int64) if self.jitter_ps is None else self.jitter_ps,
+                self.reduce_ser, self.wsh, self.nbuckets, want_trace)
 
     @property
     def packets(self) -> int:
@@ -230,7 +246,7 @@ def prepare(schedule: Schedule, topo: Topology, block_elems: int, dtype_size: in
         job_pk_ptr=np.concatenate([[0], np.cumsum(npk[fan_idx[fan_ptr[:-1]]] if len(jobs) else [])]).astype(np.int64),
         link_ser=link_ser, link_lat=link_lat, link_buf=link_buf.astype(np.int64), link_cut=link_cut,
         node_table=node_table, nranks=n, engines=int(ep.message_engines or (1 << 40)), issue_ps=issue_ps,
-        reduce_ser=reduce_ser, wsh=wsh, nbuckets=nbuckets, explicit=ex)
+        reduce_ser=reduce_ser, wsh=wsh, nbuckets=nbuckets, explicit=ex, max_delay=max_delay)
 
 
 @dataclass
@@ -265,14 +281,24 @@ def simulate(problem: PacketProblem, budget: int = DEFAULT_BUDGET, want_trace: b
 
 
 def run(schedule: Schedule, topo: Topology, block_elems, dtype_size: int, want_links: bool = False,
-        budget: int = DEFAULT_BUDGET) -> Timing:
-    """The packet engine behind the analytic engine's interface: one simulation per size."""
+        budget: int = DEFAULT_BUDGET, release=None, jitter: float = 0.0, seed: int = 0) -> Timing:
+    """The packet engine behind the analytic engine's interface: one simulation per size.
+
+    release (seconds per rank) and jitter (mean seconds of an exponential delay per rank-issued
+    transfer, drawn from seed; the same draws at every size) describe one noisy iteration
+    (hcclsim.execution); the time then runs from the earliest release."""
     block_elems = np.atleast_1d(np.asarray(block_elems, np.int64))
     times = np.zeros(len(block_elems))
     stats = {name: np.zeros(len(block_elems)) for name in STAT_NAMES}
+    draws = None
     for i, e in enumerate(block_elems):
-        r = simulate(prepare(schedule, topo, int(e), dtype_size), budget)
-        times[i] = r.time
+        problem = prepare(schedule, topo, int(e), dtype_size)
+        if release is not None or jitter > 0:
+            if draws is None:
+                draws = np.random.default_rng(seed).exponential(jitter, len(problem.xt)) if jitter > 0 else None
+            problem = problem.with_noise(release, draws)
+        r = simulate(problem, budget)
+        times[i] = r.time - (float(np.min(release)) if release is not None else 0.0)
         for name in STAT_NAMES:
             stats[name][i] = r.stats[name]
     return Timing(time=times, link_bytes=np.zeros((0, len(block_elems))), transfers=schedule.ntransfers,
@@ -321,7 +347,8 @@ def _merge(parts: list[PacketProblem]) -> PacketProblem:
         job_fan_idx=np.concatenate(fidx).astype(np.int64), job_pk_ptr=np.concatenate(kptr).astype(np.int64),
         link_ser=first.link_ser, link_lat=first.link_lat, link_buf=first.link_buf, link_cut=first.link_cut,
         node_table=first.node_table, nranks=first.nranks, engines=first.engines, issue_ps=first.issue_ps,
-        reduce_ser=first.reduce_ser, wsh=min(p.wsh for p in parts), nbuckets=max(p.nbuckets for p in parts))
+        reduce_ser=first.reduce_ser, wsh=min(p.wsh for p in parts), nbuckets=max(p.nbuckets for p in parts),
+        max_delay=max(p.max_delay for p in parts))
 
 
 def simulate_concurrent(jobs: list[Job], topo: Topology, budget: int = DEFAULT_BUDGET) -> tuple[list[float], PacketRun]:

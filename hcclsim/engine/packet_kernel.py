@@ -128,7 +128,7 @@ def _new_packet(pk, xs, path_links, ls, x, k, nb, now, p):
 @njit
 def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_fan_ptr, job_fan_idx, job_pk_ptr, jk_count, jk_held,
          finish, start, blocked_at, ls, rs, ns, pk, tr, bk, bc, heap, work, qstack, z, stats,
-         nranks, issue_ps, reduce_ser, wsh, nbuckets, want_trace):
+         nranks, issue_ps, rel_ps, jit_ps, reduce_ser, wsh, nbuckets, want_trace):
     """Run events and actions until every event is done (G_DONE) or an array must grow (G_*).
 
     One pass of the loop runs one action; the blocks are in the order of the common chains
@@ -465,18 +465,18 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
             ro = U(ident) << RSH
             stop = False
             while rs[ro + R_FREE] > 0 and rs[ro + R_QH] >= 0:
-                if issue_ps > 0 and not _room(bc, nheap, hcap, csh, cur, wsh, mask, now + issue_ps, 1):
-                    code = G_HEAP if (now + issue_ps) >> wsh == cur else G_BUCKETS
+                x = rs[ro + R_QH]
+                t = max(now, rel_ps[ident]) + issue_ps + jit_ps[x]      # release (skew), overhead, jitter
+                if t > now and not _room(bc, nheap, hcap, csh, cur, wsh, mask, t, 1):
+                    code = G_HEAP if t >> wsh == cur else G_BUCKETS
                     stop = True
                     break
-                x = rs[ro + R_QH]
                 rs[ro + R_QH] = xs[(U(x) << TSH) + T_XNEXT]
                 if rs[ro + R_QH] < 0:
                     rs[ro + R_QT] = -1
                 rs[ro + R_FREE] -= 1
                 start[x] = now
-                if issue_ps > 0:
-                    t = now + issue_ps
+                if t > now:
                     nheap = _queue(bk, bc, heap, nheap, csh, cur, wsh, mask, t, (x << 3) | EV_START)
                     pending += 1
                 else:
@@ -538,15 +538,16 @@ def _rows(tr, ntr):
 
 @njit
 def packet_kernel(xt, path_links, child_ptr, child_idx, order_ptr, order_idx, ndeps0, jobs, job_fan_ptr, job_fan_idx, job_pk_ptr,
-                  link_ser, link_lat, link_buf, link_cut, node_table, nranks, engines, issue_ps, reduce_ser,
-                  wsh, nbuckets, want_trace):
+                  link_ser, link_lat, link_buf, link_cut, node_table, nranks, engines, issue_ps, rel_ps, jit_ps,
+                  reduce_ser, wsh, nbuckets, want_trace):
     """Simulate every transfer of an explicit schedule.
 
     xt[x, X_*]: the transfer table; path_links[xt[x, X_PATH] + h]: its h-th link.
     jobs[j] = (switch node, contributions needed per packet). link_ser: ps per byte << FIX;
     link_lat: ps (for a link into a switch, plus the switch's latency); link_buf: bytes of
     output buffer (ports leaving a switch; huge for ranks' own ports); link_cut: the switch at
-    the link's head forwards cut-through. Returns (finish ps, start ps per transfer, busy ps per
+    the link's head forwards cut-through. rel_ps[r]: rank r issues nothing before then (skew);
+    jit_ps[x]: transfer x starts that much later than its issue overhead alone (jitter). Returns (finish ps, start ps per transfer, busy ps per
     link, stats, trace rows (link, from ps, to ps)).
     """
     X = xt.shape[0]
@@ -603,7 +604,7 @@ def packet_kernel(xt, path_links, child_ptr, child_idx, order_ptr, order_idx, nd
     while True:
         code = _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobf, job_fan_ptr, job_fan_idx, job_pk_ptr,
                     jk_count, jk_held, finish, start, blocked_at, ls, rs, ns, pk, tr, bk, bc, heap, work,
-                    qstack, z, stats, N, issue_ps, reduce_ser, wsh, nbuckets, want_trace)
+                    qstack, z, stats, N, issue_ps, rel_ps, jit_ps, reduce_ser, wsh, nbuckets, want_trace)
         if code == G_HEAP:
             heap = _grown(heap, 2 * len(heap))
         elif code == G_BUCKETS:

@@ -1,0 +1,279 @@
+"""The execution model (hcclsim.execution, docs/execution.md): launch, compiled-collective costs, protocol,
+offload vs SM reduction, and noisy iterations (skew, jitter, percentiles)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from helpers import assert_one_line_error, compile_for, run_cli
+
+from hcclsim import api
+from hcclsim import collectives as C
+from hcclsim.config import load_topology
+from hcclsim.engine import analytic, packet
+from hcclsim.execution import PERCENTILE_COLUMNS, QUIET, Noise, channels, device_topology
+from hcclsim.execution import run as run_exec
+from hcclsim.params import Endpoint
+from hcclsim.topology import build_flat
+
+MIB = 1 << 20
+N, B, ALPHA = 8, 50e9, 1e-6          # 8 ranks on one switch, 50 GB/s, 0.5 us per hop = 1 us per path
+
+
+def switch(**endpoint):
+    return build_flat("s", "switch", N, B, ALPHA / 2, in_switch_reduce=True, endpoint=Endpoint(**endpoint))
+
+
+def timed(spec, coll, topo, size, engine="analytic", launch="host", noise=QUIET):
+    """seconds[iters] of one point through the execution model."""
+    s = compile_for(spec, coll, topo, size)
+    sz = C.sizing(coll, size, 4, topo.nranks)
+    run = analytic.run if engine == "analytic" else packet.run
+    samples, _ = run_exec(run, s, topo, [sz.block_elems], 4, launch, noise)
+    return samples[:, 0]
+
+
+def ring_allreduce(size, alpha=ALPHA, bw=B, per_step=0.0):
+    return 2 * (N - 1) * (alpha + per_step + size / N / bw)
+
+
+# ------------------------------------------------------------------------------------------- launch
+
+@pytest.mark.parametrize("spec,coll", [("ring", "all_reduce"), ("tree", "all_reduce"), ("in_switch", "all_reduce"),
+                                       ("direct_oneshot", "all_reduce"), ("direct", "all_to_all"),
+                                       ("ring", "all_gather"), ("tree", "broadcast")])
+@pytest.mark.parametrize("engine", ["analytic", "packet"])
+def test_device_triggered_is_faster_by_exactly_the_launch_overhead(spec, coll, engine):
+    topo = switch(launch_overhead=5e-6)
+    host = timed(spec, coll, topo, 256 << 10, engine, "host")[0]
+    device = timed(spec, coll, topo, 256 << 10, engine, "device")[0]
+    assert host - device == pytest.approx(5e-6, abs=1e-15)
+    assert device == timed(spec, coll, switch(), 256 << 10, engine)[0]   # device: the network alone
+
+
+def test_launch_difference_through_the_command(capsys):
+    def time_us(launch):
+        status, out, err = run_cli(capsys, "sweep", "-t", "switch8", "-a", "ring", "-b", "1K", "-e", "1K",
+                                   "--set", "endpoint.launch_overhead=7us", "--launch", launch, "--format", "csv")
+        assert status == 0, err
+        return float(out.splitlines()[1].split(",")[9])
+    assert time_us("host") - time_us("device") == pytest.approx(7.0, abs=1e-6)
+
+
+# -------------------------------------------------------------------------------- compiled-collective costs
+
+def test_exposed_host_and_control_core_costs_add_up():
+    base = timed("ring:channels=2", "all_reduce", switch(), MIB)[0]
+    topo = switch(graph_generation=3e-6, metadata_copy=2e-6, subgraph_schedule=1e-6)
+    assert channels(compile_for("ring:channels=2", "all_reduce", topo)) == 2
+    assert timed("ring:channels=2", "all_reduce", topo, MIB)[0] == pytest.approx(base + 3e-6 + 2e-6 + 2 * 1e-6,
+                                                                                  abs=1e-15)
+
+
+def test_hidden_costs_cost_only_what_the_collective_cannot_cover():
+    topo = switch(graph_generation=30e-6, metadata_copy=20e-6, hidden=("graph_generation", "metadata_copy"))
+    small, large = 1 << 10, 64 * MIB
+    assert timed("ring", "all_reduce", switch(), small)[0] < 50e-6 < timed("ring", "all_reduce", switch(), large)[0]
+    assert timed("ring", "all_reduce", topo, small)[0] == pytest.approx(50e-6, abs=1e-15)   # the host is slower
+    assert timed("ring", "all_reduce", topo, large)[0] == timed("ring", "all_reduce", switch(), large)[0]
+
+
+def test_issue_overhead_is_one_more_alpha_per_step_in_both_engines():
+    o = 2e-6
+    topo = switch(issue_overhead=o)
+    for symmetric in (None, False):
+        s = compile_for("ring", "all_reduce", topo, 4 * MIB)
+        t = analytic.run(s, topo, [C.sizing("all_reduce", 4 * MIB, 4, N).block_elems], 4, symmetric=symmetric).time[0]
+        assert t == pytest.approx(ring_allreduce(4 * MIB, per_step=o), rel=1e-12)
+    assert timed("ring", "all_reduce", topo, 4 * MIB, "packet")[0] == pytest.approx(
+        ring_allreduce(4 * MIB, per_step=o), rel=0.03)
+    hidden = switch(issue_overhead=o, hidden=("issue_overhead",))      # work-queue elements prepared ahead
+    assert timed("ring", "all_reduce", hidden, 4 * MIB)[0] == pytest.approx(ring_allreduce(4 * MIB), rel=1e-12)
+
+
+# ------------------------------------------------------------------------------------ where it runs
+
+def test_reduction_bandwidth_of_offload_and_sm_execution():
+    red = 10e9                       # slower than the 50 GB/s links: the reduction bounds reduce-scatter
+    offload = switch(reduction_bandwidth=red, sm_reduction_bandwidth=40e9)
+    sm = switch(reduction_bandwidth=red, sm_reduction_bandwidth=40e9, execution="sm")
+    size = 8 * MIB
+    ring_rs = lambda bw: (N - 1) * (ALPHA + size / N / bw)
+    assert timed("ring", "reduce_scatter", offload, size)[0] == pytest.approx(ring_rs(red), rel=1e-12)
+    assert timed("ring", "reduce_scatter", sm, size)[0] == pytest.approx(ring_rs(40e9), rel=1e-12)
+    # direct: 7 blocks arrive at once and share the rank's reducer
+    assert timed("direct", "reduce_scatter", offload, size)[0] == pytest.approx(ALPHA + 7 * size / N / red, rel=1e-12)
+    # the packet engine queues packets at the same reducer
+    assert timed("direct", "reduce_scatter", offload, size, "packet")[0] == pytest.approx(
+        ALPHA + 7 * size / N / red, rel=0.03)
+    # a copy-only collective does not reduce
+    assert timed("ring", "all_gather", offload, size)[0] == timed("ring", "all_gather", switch(), size)[0]
+
+
+def test_symmetric_and_general_paths_agree_with_endpoint_costs():
+    topo = switch(issue_overhead=1e-6, reduction_bandwidth=20e9)
+    for spec, coll in [("ring", "all_reduce"), ("direct", "reduce_scatter"), ("direct_twoshot", "all_reduce"),
+                       ("ring:channels=2:chunks=3", "all_reduce")]:
+        s = compile_for(spec, coll, topo, MIB)
+        blocks = [C.sizing(coll, x, 4, N).block_elems for x in (1 << 10, MIB, 16 * MIB)]
+        a = analytic.run(s, topo, blocks, 4).time
+        b = analytic.run(s, topo, blocks, 4, symmetric=False).time
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------------------- protocol
+
+def test_protocols_trade_latency_for_bandwidth():
+    size = 64 * MIB
+    none = timed("ring", "all_reduce", switch(), size)[0]
+    assert none == pytest.approx(ring_allreduce(size), rel=1e-12)
+    assert timed("ring", "all_reduce", switch(protocol="ll"), size)[0] == pytest.approx(
+        ring_allreduce(size, bw=B / 2), rel=1e-12)
+    assert timed("ring", "all_reduce", switch(protocol="ll128"), size)[0] == pytest.approx(
+        ring_allreduce(size, bw=B * 120 / 128, per_step=1.3e-6), rel=1e-12)
+    assert timed("ring", "all_reduce", switch(protocol="simple"), size)[0] == pytest.approx(
+        ring_allreduce(size, per_step=2.8e-6), rel=1e-12)
+    # small messages: LL is the fastest real protocol, large ones: Simple
+    small = {p: timed("ring", "all_reduce", switch(protocol=p), 1 << 10)[0] for p in ("ll", "ll128", "simple")}
+    large = {p: timed("ring", "all_reduce", switch(protocol=p), 256 * MIB)[0] for p in ("ll", "ll128", "simple")}
+    assert min(small, key=small.get) == "ll" and min(large, key=large.get) == "simple"
+
+
+def test_device_topology_is_the_topology_itself_without_costs():
+    topo = switch()
+    assert device_topology(topo) is topo
+    ll = switch(protocol="ll")
+    assert device_topology(ll).link_bw.max() == B / 2 and ll.link_bw.max() == B
+
+
+# ------------------------------------------------------------------------------------- skew and jitter
+
+def test_without_noise_every_percentile_is_the_time(capsys):
+    status, out, err = run_cli(capsys, "sweep", "-t", "switch8", "-a", "ring", "-b", "1K", "-e", "1M", "-f", "32",
+                               "--iters", "5", "--format", "csv")
+    assert status == 0, err
+    header, *rows = out.splitlines()
+    cols = header.split(",")
+    assert cols[-5:] == PERCENTILE_COLUMNS
+    for row in rows:
+        values = row.split(",")
+        t = values[cols.index("time_us")]
+        assert all(values[cols.index(c)] == t for c in PERCENTILE_COLUMNS), row
+
+
+def test_the_table_shows_the_spread(capsys):
+    status, out, err = run_cli(capsys, "sweep", "-t", "switch8", "-a", "ring", "-b", "1K", "-e", "1K", "--iters", "3",
+                               "--jitter", "1us")
+    assert status == 0, err
+    assert "p95 (us)" in out and "max (us)" in out
+
+
+def spread(jitter, skew=0.0, seed=1, spec="ring", iters=64):
+    t = timed(spec, "all_reduce", switch(), 64 << 10, noise=Noise(iters, skew, jitter, seed))
+    p50, p95 = np.percentile(t, [50, 95])
+    return t, p50, p95
+
+
+def test_jitter_orders_percentiles_and_widens_the_spread():
+    quiet = timed("ring", "all_reduce", switch(), 64 << 10)[0]
+    t1, p50_1, p95_1 = spread(500e-9)
+    t2, p50_2, p95_2 = spread(2e-6)
+    assert p95_1 >= p50_1 > 0 and p95_2 >= p50_2 > 0
+    assert t1.min() > quiet and t2.min() > quiet              # a delay before each of the 14 steps
+    assert p95_2 - t2.min() > p95_1 - t1.min()                # 4x the jitter: a wider spread
+    assert t2.max() - t2.min() > t1.max() - t1.min()
+    # the mean delay adds about 14 x jitter on the critical path or more (it is a max over ranks)
+    assert p50_1 - quiet > 14 * 500e-9 * 0.5
+
+
+def test_noise_is_seeded():
+    a, b, c = spread(1e-6, 1e-6, seed=3)[0], spread(1e-6, 1e-6, seed=3)[0], spread(1e-6, 1e-6, seed=4)[0]
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+
+
+def test_skew_delays_a_collective_by_up_to_the_skew():
+    quiet = timed("direct_oneshot", "all_reduce", switch(), 64 << 10)[0]
+    t = spread(0.0, skew=4e-6, spec="direct_oneshot")[0]
+    # one-shot: everyone waits for the last rank to arrive; the first arrival starts the clock
+    assert np.all(t >= quiet) and np.all(t <= quiet + 4e-6 + 1e-15)
+    assert t.max() - t.min() > 1e-6
+
+
+@pytest.mark.parametrize("spec,coll", [("ring", "all_reduce"), ("direct_oneshot", "all_reduce"),
+                                       ("in_switch", "all_reduce"), ("direct", "all_to_all")])
+def test_the_packet_engine_takes_skew_and_jitter_too(spec, coll):
+    topo = switch()
+    quiet = timed(spec, coll, topo, 64 << 10, "packet")[0]
+    skewed = timed(spec, coll, topo, 64 << 10, "packet", noise=Noise(8, 3e-6, 0.0, 5))
+    assert np.all(skewed >= quiet - 1e-12) and np.all(skewed <= quiet + 3e-6 + 1e-12) and skewed.max() > quiet
+    small = timed(spec, coll, topo, 64 << 10, "packet", noise=Noise(16, 0.0, 250e-9, 5))
+    large = timed(spec, coll, topo, 64 << 10, "packet", noise=Noise(16, 0.0, 1e-6, 5))
+    assert np.all(small > quiet) and np.median(large) > np.median(small)
+    assert large.max() - large.min() > small.max() - small.min()
+    again = timed(spec, coll, topo, 64 << 10, "packet", noise=Noise(16, 0.0, 1e-6, 5))
+    np.testing.assert_array_equal(large, again)
+
+
+def test_both_engines_see_the_same_noise_in_distribution():
+    topo = switch()
+    a = timed("ring", "all_reduce", topo, 1 * MIB, noise=Noise(40, 1e-6, 500e-9, 11))
+    p = timed("ring", "all_reduce", topo, 1 * MIB, "packet", noise=Noise(40, 1e-6, 500e-9, 11))
+    assert np.median(p) == pytest.approx(np.median(a), rel=0.05)
+
+
+def test_noise_through_the_api_and_the_p50_is_time_us():
+    df = api.run_sweep(topology="switch8", algorithm="ring,auto", sizes=["4K", "1M"], iters=9, skew="1us",
+                       jitter="200ns", seed=2)
+    assert set(PERCENTILE_COLUMNS) <= set(df.columns)
+    np.testing.assert_array_equal(df.time_us, df.time_us_p50)
+    assert (df.time_us_min <= df.time_us_p50).all() and (df.time_us_p50 <= df.time_us_p75).all()
+    assert (df.time_us_p75 <= df.time_us_p95).all() and (df.time_us_p95 <= df.time_us_max).all()
+    again = api.run_sweep(topology="switch8", algorithm="ring,auto", sizes=["4K", "1M"], iters=9, skew="1us",
+                          jitter="200ns", seed=2)
+    assert df.equals(again)
+
+
+# ---------------------------------------------------------------------------------------- errors
+
+@pytest.mark.parametrize("args,needles", [
+    (["--iters", "0"], ["--iters: expected a whole number >= 1"]),
+    (["--skew", "-1us"], ["--skew"]),
+    (["--jitter", "5"], ["--jitter: expected a time"]),
+    (["--set", "endpoint.launch_overhed=5us"], ["--set endpoint.launch_overhed: unknown key",
+                                                "did you mean 'launch_overhead'"]),
+    (["--set", "endpoint.hidden=['graph_gen']"], ["--set endpoint.hidden: unknown name 'graph_gen'"]),
+    (["--set", "endpoint.execution=gpu"], ["--set endpoint.execution", "offload, sm"]),
+    (["--set", "endpoint.sm_share=1.5"], ["--set endpoint.sm_share: expected a number in [0, 1)"]),
+    (["--set", "endpoint.protocol=LL"], ["--set endpoint.protocol"]),
+    (["--set", "endpoint.peak_flops=5GB/s"], ["--set endpoint.peak_flops: unknown unit 'GB/s'"]),
+])
+def test_bad_execution_input_is_one_line(capsys, args, needles):
+    status, out, err = run_cli(capsys, "sweep", "-t", "switch8", "-a", "ring", "-b", "1K", "-e", "1K", *args)
+    assert_one_line_error(status, out, err, *needles)
+
+
+def test_launch_choice_is_checked(capsys):
+    status, _, err = run_cli(capsys, "sweep", "--launch", "gpu")
+    assert status == 2 and "--launch" in err and "Traceback" not in err
+
+
+def test_old_topology_endpoint_table_says_where_it_moved(tmp_path, capsys):
+    f = tmp_path / "t.toml"
+    f.write_text('[topology]\nkind = "switch"\nranks = 4\nbandwidth = "50GB/s"\n\n'
+                 '[topology.endpoint]\nmessage_engines = 2\n')
+    status, out, err = run_cli(capsys, "sweep", "-t", str(f))
+    assert_one_line_error(status, out, err, "rename [topology.endpoint] to [endpoint]")
+
+
+def test_endpoint_table_in_a_file(tmp_path):
+    f = tmp_path / "t.toml"
+    f.write_text('[topology]\nkind = "switch"\nranks = 4\nbandwidth = "50GB/s"\n\n'
+                 '[endpoint]\nlaunch_overhead = "4us"\nhidden = ["metadata_copy"]\nexecution = "sm"\n'
+                 'sm_share = 0.15\npeak_flops = "989TFLOP/s"\n')
+    ep = load_topology(str(f)).endpoint
+    assert dataclasses.asdict(ep) == {**dataclasses.asdict(Endpoint()), "launch_overhead": 4e-6,
+                                      "hidden": ("metadata_copy",), "execution": "sm", "sm_share": 0.15,
+                                      "peak_flops": 989e12}
