@@ -16,6 +16,7 @@ from .commands.calibrate import calibrate_cmd
 from .commands.compare import compare_cmd
 from .commands.listing import algorithms_cmd, topologies_cmd
 from .commands.plot import plot_cmd
+from .commands.run import run_cmd
 from .commands.sweep import sweep_cmd
 from .commands.tune import tune_cmd
 from .errors import HcclSimError
@@ -40,6 +41,7 @@ cli.add_command(algorithms_cmd)
 cli.add_command(calibrate_cmd)
 cli.add_command(compare_cmd)
 cli.add_command(plot_cmd)
+cli.add_command(run_cmd)
 
 
 def _fail(message: str, status: int) -> int:
