@@ -187,7 +187,7 @@ def column_value(value):
     return toml_literal(value, "vary") if isinstance(value, list) else value
 
 
-def _vary(v, where) -> list:
+def parse_vary(v, where) -> list:
     if not isinstance(v, dict) or not v:
         raise ConfigError(f'{where}: expected a table of KEY = [values...], e.g. vary = {{ "scale_up.ranks" = '
                           f'[4, 8, 16] }}, got {v!r}')
@@ -213,7 +213,7 @@ def _common(table: dict, where: str) -> dict:
             not all(isinstance(x, str) for x in overrides):
         raise ConfigError(f'{where}: set: expected a list of "KEY=VALUE" strings, got {overrides!r}')
     spec["overrides"] = list(overrides)
-    spec["vary"] = _vary(table["vary"], f"{where}: vary") if "vary" in table else []
+    spec["vary"] = parse_vary(table["vary"], f"{where}: vary") if "vary" in table else []
     engine = table.get("engine", "analytic")
     spec["engine"] = ",".join(_names(engine, f"{where}: engine", "engine names"))
     with within(f"{where}: engine"):

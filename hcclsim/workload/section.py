@@ -13,8 +13,9 @@ import json
 import pandas as pd
 
 from .. import collectives as C
-from ..config import DEFAULT_PRESET, load_topology
+from ..config import DEFAULT_PRESET, _bool, _choice, load_topology
 from ..errors import ConfigError, HcclSimError, suggest
+from ..scenario import parse_vary, toml_literal
 from ..units import DTYPE_SIZE, parse_dtype, parse_size, parse_time
 from .collective import PERCENTILES, CollectiveTimer
 from .fluid import simulate
@@ -30,21 +31,6 @@ def _int(lo):
             raise ConfigError(f"{where}: expected a whole number >= {lo}, got {v!r}")
         return v
     return parse
-
-
-def _choice(choices):
-    def parse(v, where):
-        if v not in choices:
-            raise ConfigError(f"{where}: unknown value {v!r}{suggest(v, choices)}; expected one of: "
-                              f"{', '.join(choices)}")
-        return v
-    return parse
-
-
-def _bool(v, where):
-    if not isinstance(v, bool):
-        raise ConfigError(f"{where}: expected true or false, got {v!r}")
-    return v
 
 
 def _str(v, where):
@@ -87,12 +73,12 @@ def _algorithm(v, where):
 
 # Parameters: (parser, default). May be given in the section or a variant; a list sweeps its values.
 SHARED = {
-    "engine": (_choice(("analytic", "packet")), "analytic"),
+    "engine": (_choice(("analytic", "packet"), "value"), "analytic"),
     "algorithm": (_algorithm, "auto"),
-    "execution": (_choice(("offload", "sm")), None),       # None: the topology's [endpoint] execution
+    "execution": (_choice(("offload", "sm"), "value"), None),       # None: the topology's [endpoint] execution
     "sm_share": (_share, None),                            # None: the topology's [endpoint] sm_share
     "gemm_tile": (_int(0), 0),
-    "launch": (_choice(("host", "device")), "host"),
+    "launch": (_choice(("host", "device"), "value"), "host"),
     "skew": (_time, 0),
     "jitter": (_time, 0),
 }
@@ -101,8 +87,8 @@ PARAMS = {
                 "collective": (_collective, "all_reduce"), "size": (_size, None), "count": (_int(0), 0)},
     "tp_layer": {"tokens": (_int(1), None), "hidden": (_int(1), None), "ffn": (_int(1), None),
                  "qkv": (_int(1), None), "seq": (_int(1), None), "causal": (_bool, True),
-                 "gated": (_bool, False), "tp": (_int(0), 0), "schedule": (_choice(SCHEDULES), "sequential"),
-                 "collectives": (_choice(COLLECTIVE_SETS), "all_reduce"), "chunks": (_int(1), 4),
+                 "gated": (_bool, False), "tp": (_int(0), 0), "schedule": (_choice(SCHEDULES, "value"), "sequential"),
+                 "collectives": (_choice(COLLECTIVE_SETS, "value"), "all_reduce"), "chunks": (_int(1), 4),
                  "tiles": (_int(1), 64)},
 }
 REQUIRED = {"overlap": ("m", "n", "k", "size"), "tp_layer": ("tokens", "hidden")}
@@ -122,33 +108,6 @@ def _overrides(v, where) -> list:
     if isinstance(v, str) or not isinstance(v, list) or not all(isinstance(x, str) for x in v):
         raise ConfigError(f'{where}: expected a list of "KEY=VALUE" strings, got {v!r}')
     return list(v)
-
-
-def _literal(v, where) -> str:
-    """A value as the right-hand side of a --set override (TOML)."""
-    if isinstance(v, list):
-        return "[" + ", ".join(_literal(x, where) for x in v) + "]"
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    raise ConfigError(f"{where}: expected strings, numbers or booleans, got {v!r}")
-
-
-def _vary(v, where) -> list:
-    if not isinstance(v, dict) or not v:
-        raise ConfigError(f'{where}: expected a table of KEY = [values...], e.g. vary = '
-                          f'{{ "reduction_table_entries" = [16, 64] }}, got {v!r}')
-    out = []
-    for key, values in v.items():
-        if not isinstance(values, list) or not values:
-            raise ConfigError(f"{where}.{key}: expected a non-empty list of values, got {values!r}")
-        for x in values:
-            _literal(x, f"{where}.{key}")
-        out.append((key, list(values)))
-    return out
 
 
 def _params(table: dict, kind: str, where: str) -> dict:
@@ -174,16 +133,16 @@ def plan(table: dict, where: str) -> dict:
     kind = table.get("kind")
     if kind is None:
         raise ConfigError(f"{where}: kind is missing; expected one of: {', '.join(PATTERNS)}")
-    _choice(tuple(PATTERNS))(kind, f"{where}: kind")
+    _choice(tuple(PATTERNS), "value")(kind, f"{where}: kind")
     _check_keys(table, SECTION_ONLY | set(SHARED) | set(PARAMS[kind]), where)
     base = {
         "name": _str(table.get("name", "workload"), f"{where}: name"),
         "topology": _str(table.get("topology", DEFAULT_PRESET), f"{where}: topology"),
         "set": _overrides(table.get("set", []), f"{where}: set"),
-        "vary": _vary(table["vary"], f"{where}: vary") if "vary" in table else [],
+        "vary": parse_vary(table["vary"], f"{where}: vary") if "vary" in table else [],
         "iters": _int(1)(table.get("iters", 1), f"{where}: iters"),
         "seed": _int(0)(table.get("seed", 0), f"{where}: seed"),
-        "percentile": _choice(PERCENTILES)(table.get("percentile", "p50"), f"{where}: percentile"),
+        "percentile": _choice(PERCENTILES, "value")(table.get("percentile", "p50"), f"{where}: percentile"),
     }
     try:
         base["dtype"] = parse_dtype(table.get("dtype", "bfloat16"), "dtype")
@@ -210,7 +169,7 @@ def plan(table: dict, where: str) -> dict:
             if not all(key in {**params, **c["params"], **own} for c in cases):
                 raise ConfigError(f"{vw}: {key} is missing (give it in the section, a case or the variant)")
         variants.append({"name": name, "where": vw, "params": own,
-                         "vary": _vary(v["vary"], f"{vw}: vary") if "vary" in v else [],
+                         "vary": parse_vary(v["vary"], f"{vw}: vary") if "vary" in v else [],
                          "set": base["set"] + _overrides(v.get("set", []), f"{vw}: set")})
     baseline = table.get("baseline")
     if baseline is not None and baseline not in names:
@@ -263,10 +222,10 @@ def combinations(plan_: dict):
                 for p_own in _product(v["params"]):
                     p = {**defaults, **p_outer, **p_own}
                     for vary in _product({**dict(plan_["base"]["vary"]), **dict(v["vary"])}):
-                        overrides = v["set"] + [f"{k}={_literal(x, k)}" for k, x in vary.items()]
+                        overrides = v["set"] + [f"{k}={toml_literal(x, k)}" for k, x in vary.items()]
                         for key in ("execution", "sm_share"):
                             if p[key] is not None:
-                                overrides.append(f"endpoint.{key}={_literal(p[key], key)}")
+                                overrides.append(f"endpoint.{key}={toml_literal(p[key], key)}")
                         group = (ci, tuple(sorted((k, repr(p[k])) for k in outer)),
                                  tuple(repr(vary.get(k)) for k in vary_keys))
                         yield v, case["name"], p, vary, overrides, group
