@@ -85,7 +85,8 @@ def _read_parquet(p: Path, where: str) -> pd.DataFrame:
 
 
 def _normalise(df: pd.DataFrame, where: str) -> pd.DataFrame:
-    """Keys as str/int, metrics as float; missing columns, bad values and duplicate keys are errors."""
+    """Keys as str/int, metrics as float; missing columns, bad values and keys repeated with different
+    numbers are errors (identical repeated rows count once)."""
     needed = KEYS + [col for col, _ in METRICS.values()]
     missing = [c for c in needed if c not in df.columns]
     if missing:
@@ -107,6 +108,9 @@ def _normalise(df: pd.DataFrame, where: str) -> pd.DataFrame:
                               f"{'a whole number' if col in INT_KEYS else 'a number'}") from None
         if col not in KEYS and out[col].isna().any():
             raise ConfigError(f"{where}: column {col} has empty values")
+    # Requested sizes that round to the same size (tiny AllGathers: several become 0 bytes) give identical
+    # rows; one of each is kept. Rows with the same keys but different numbers are ambiguous: an error.
+    out = out.drop_duplicates()
     dup = out.duplicated(KEYS, keep=False)
     if dup.any():
         raise ConfigError(f"{where}: {int(dup.sum())} rows share their keys, e.g. {describe(out[dup].iloc[0])}; "

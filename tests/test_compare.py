@@ -181,8 +181,19 @@ def test_bad_values_and_duplicate_keys_are_exit_2(capsys, base, tmp_path):
     bad = rows().astype({"time_us": object})
     bad.loc[0, "time_us"] = "fast"
     assert_error(*run(capsys, "compare", base, write(tmp_path, bad)), "column time_us holds a value that is not a number")
-    dup = pd.concat([rows(), rows().iloc[:1]])
+    dup = pd.concat([rows(), rows().iloc[:1].assign(time_us=lambda d: d.time_us * 2)])
     assert_error(*run(capsys, "compare", base, write(tmp_path, dup, "dup.csv")), "2 rows share their keys")
+
+
+def test_identical_repeated_rows_count_once(capsys, tmp_path):
+    """Tiny AllGather sizes round to 0 bytes: several identical rows, which compare takes once."""
+    out = tmp_path / "ag.csv"
+    status, _, err = run(capsys, "sweep", "-t", "switch8", "-c", "all_gather", "-a", "ring", "-b", "8", "-e", "1K",
+                         "-f", "2", "-q", "-o", out, "--format", "csv")
+    assert status == 0, err
+    assert pd.read_csv(out).size_bytes.eq(0).sum() > 1
+    status, _, err = run(capsys, "compare", out, out)
+    assert status == 0, err
 
 
 # ----------------------------------------------------------------------------- rows in one file only
