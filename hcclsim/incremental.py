@@ -68,7 +68,7 @@ def load_previous(path: str, topology, dtype: str, root: int, columns: list[str]
     where = f"--resume: {path!r}"
     if list(rows.columns) != columns:
         raise ConfigError(f"{where} has columns {','.join(map(str, rows.columns))} but this sweep writes "
-                          f"{','.join(columns)} (same --stats and -a auto as the first run?)")
+                          f"{','.join(columns)} (same --stats, -a auto and --iters/--skew/--jitter as the first run?)")
     for col, want in (("topology", topology.name), ("ranks", topology.nranks), ("dtype", dtype)):
         got = sorted({str(v) for v in rows[col]})
         if got != [str(want)]:

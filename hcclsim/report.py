@@ -85,7 +85,8 @@ def render_table(df: pd.DataFrame, file=None) -> None:
         for col in ("size (B)", "count (elems)", "type", "root"):
             t.add_column(col, justify="right")
         many = len(engines) > 1
-        spread = "time_us_p95" in part.columns       # noisy iterations: PARAM-like latency percentiles
+        spread = "time_us_p95" in part.columns and not many   # noisy iterations: PARAM-like percentiles
+                                                                # (side by side, the CSV has them)
         for e in engines:
             suffix = f" {e}" if many else ""
             for col in ("time (us)", "algbw (GB/s)", "busbw (GB/s)") + (SPREAD_HEADERS if spread else ()):

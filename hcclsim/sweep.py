@@ -129,8 +129,14 @@ def _frame(ctx, coll, label, sizings, engine_name, samples, counters):
         **metrics(coll, topology.nranks, size_bytes, seconds), **spread, **(counters if stats else {})})
 
 
+def columns(stats: bool = False, auto: bool = False, noise: Noise = QUIET) -> list[str]:
+    """The columns of a sweep's rows, in order, for these options."""
+    return COLUMNS + (PERCENTILE_COLUMNS if noise.percentiles else []) + (STAT_COLUMNS if stats else []) \
+        + (["chosen"] if auto else [])
+
+
 def _finish(ctx, frame, chosen):
-    frame = frame[COLUMNS + (PERCENTILE_COLUMNS if ctx[6].percentiles else []) + (STAT_COLUMNS if ctx[3] else [])]
+    frame = frame[columns(ctx[3], False, ctx[6])]
     return frame.assign(chosen=chosen) if ctx[4] else frame
 
 

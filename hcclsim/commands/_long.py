@@ -20,9 +20,10 @@ from functools import partial
 import click
 
 from ..errors import ConfigError
+from ..execution import QUIET
 from ..executors import default_jobs, forget_fork_safe, fork_safe, open_executor
 from ..incremental import RowWriter, load_previous
-from ..sweep import COLUMNS, STAT_COLUMNS, split_auto
+from ..sweep import columns, split_auto
 from ..units import parse_dtype
 
 PROGRESS_DELAY = 1.0            # seconds before the bar appears
@@ -92,26 +93,26 @@ def _interrupted(e: BaseException) -> bool:
 
 
 def run(sweep, topo, colls, algorithm, sizes, *, dtype, root, engine, stats, output, resume, jobs, quiet,
-        executor=None, scheduler=None):
+        executor=None, scheduler=None, launch="host", noise=QUIET):
     """sweep(...) (hcclsim.sweep.sweep) as (SweepResult, RowWriter or None); exits 130 on Ctrl-C after reporting the rows kept.
 
     executor/scheduler: --executor local|dask and --scheduler ADDRESS, opened (checked, connected) before
-    anything is read or written."""
+    anything is read or written. launch and noise: as sweep's (hcclsim.execution)."""
     if resume and not output:
         raise ConfigError("--resume: needs -o/--output FILE, the file to resume")
     if jobs is not None and jobs < 1:
         raise ConfigError(f"--jobs: expected a whole number >= 1, got {jobs}")
     with open_executor(executor, scheduler, jobs) as run_units:
-        return _run(partial(sweep, executor=run_units), topo, colls, algorithm, sizes, dtype=dtype, root=root,
-                    engine=engine, stats=stats, output=output, resume=resume, jobs=jobs or default_jobs(),
-                    quiet=quiet)
+        return _run(partial(sweep, executor=run_units, launch=launch, noise=noise), topo, colls, algorithm, sizes,
+                    dtype=dtype, root=root, engine=engine, stats=stats, output=output, resume=resume,
+                    jobs=jobs or default_jobs(), quiet=quiet, noise=noise)
 
 
-def _run(sweep, topo, colls, algorithm, sizes, *, dtype, root, engine, stats, output, resume, jobs, quiet):
+def _run(sweep, topo, colls, algorithm, sizes, *, dtype, root, engine, stats, output, resume, jobs, quiet, noise):
     previous = None
     if resume:
-        columns = COLUMNS + (STAT_COLUMNS if stats else []) + (["chosen"] if split_auto(algorithm)[1] else [])
-        previous = load_previous(output, topo, parse_dtype(dtype), root, columns)
+        previous = load_previous(output, topo, parse_dtype(dtype), root,
+                                 columns(stats, split_auto(algorithm)[1], noise))
     writer = RowWriter(output, resume) if output else None
     progress = _Progress(enabled=not quiet and sys.stderr.isatty())
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from functools import partial
 
 import click
 
@@ -81,10 +80,9 @@ def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, fa
     noise = Noise(iters, parse_time(skew, "--skew"), parse_time(jitter, "--jitter"), seed)
     if trace_file and not trace_file.endswith(".json"):
         raise ConfigError(f"--trace: expected a file ending in .json, got {trace_file!r}")
-    timed = partial(sweep, launch=launch, noise=noise)
-    result, writer = long_run(timed, topo, colls, algorithm, sizes, dtype=dtype, root=root, engine=engine, stats=stats,
+    result, writer = long_run(sweep, topo, colls, algorithm, sizes, dtype=dtype, root=root, engine=engine, stats=stats,
                               output=output, resume=resume, jobs=jobs, quiet=quiet, executor=executor,
-                              scheduler=scheduler)
+                              scheduler=scheduler, launch=launch, noise=noise)
     for coll, algo, why in result.skipped:
         click.echo(f"hccl-bench: skipped {algo} for {coll} on {topo.name}: {why}", err=True)
     meta = metadata(topo, collectives=colls, algorithm=algorithm, sizes=sizes, dtype=dtype, root=root, engine=engine,
