@@ -92,6 +92,18 @@ def test_api_rows_are_identical_whichever_executor_runs_them(monkeypatch, cluste
         assert other.to_csv(index=False) == one.to_csv(index=False)
 
 
+def test_noisy_rows_are_identical_whichever_executor_runs_them(monkeypatch, cluster):
+    noisy = dict(topology="switch8", collective="all_reduce,all_gather", algorithm="ring,direct", sizes=["1K", "1M"],
+                 engine="analytic,packet", iters=4, skew="1us", jitter="300ns", seed=7)
+    one = hcclsim.sweep(**noisy)
+    on_dask = hcclsim.sweep(**noisy, executor="dask", scheduler=cluster.scheduler_address)
+    monkeypatch.setattr(executors, "SERIAL_SECONDS", 0.0)
+    two = hcclsim.sweep(**noisy, jobs=2)
+    assert (one.time_us_max > one.time_us_min).any()
+    for other in (on_dask, two):
+        pd.testing.assert_frame_equal(one, other, check_exact=True)
+
+
 def test_ctrl_c_on_dask_keeps_rows_and_resume_completes_them(capsys, monkeypatch, tmp_path, cluster, local_csv):
     path = tmp_path / "out.csv"
     dask = ["--executor", "dask", "--scheduler", cluster.scheduler_address]
