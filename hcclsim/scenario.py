@@ -10,14 +10,12 @@ to its own table results/NAME/<section>.csv:
 
 load() reads and checks the whole file -- every key, every size, every algorithm, and every topology
 of every combination is built -- before anything runs, so a typo fails at once with the file and key.
-run_section() computes one section's DataFrame; write_section() writes it as CSV with a provenance
-sidecar (hcclsim.provenance) and, for a sweep that asks (`plot = {...}`), a PNG (hcclsim.plot).
+hcclsim.study runs the sections and writes their tables.
 """
 
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import itertools
 import json
 import re
@@ -26,15 +24,14 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from . import collectives as C
 from .algorithm import parse_spec
 from .config import DEFAULT_PRESET, load_topology, read_toml
-from .errors import ConfigError, HcclSimError, UnsupportedError, suggest
+from .errors import ConfigError, HcclSimError, suggest
 from .sweep import parse_engines, size_grid, split_auto
-from .units import DTYPE_SIZE, parse_dtype, parse_size, parse_time
+from .units import parse_dtype, parse_size, parse_time
 
 KINDS = ("sweep", "replay", "workload")
 HEADER_KEYS = {"title", "reproduces", "doc", "description"}
@@ -388,13 +385,10 @@ def load(ref: str) -> Scenario:
             raise ConfigError(f"{s.where}: name: another section is named {s.name!r}; names must be unique")
         seen.add(s.name)
     for s in sections:
-        if s.kind == "workload":             # checked by its module before anything runs, when it can
-            _workload_runner(s.where)
-            from . import workload
+        if s.kind == "workload":             # checked by its module before anything runs
+            from .workload import check_section
 
-            check = getattr(workload, "check_section", None)
-            if check is not None:
-                check(dict(s.raw), s.where)
+            check_section(dict(s.raw), s.where)
     return Scenario(name, Path(str(path)), label, fields["title"], fields["reproduces"], fields["doc"],
                     fields["description"], tuple(sections), hashlib.sha256(text.encode()).hexdigest())
 
@@ -420,218 +414,3 @@ def header(ref) -> dict:
     _, label, path = locate(str(ref))
     head = read_toml(path, label).get("scenario", {})
     return head if isinstance(head, dict) else {}
-
-
-def _workload_runner(where: str):
-    """hcclsim.workload.run_section, or a clear error while it does not exist."""
-    run = None
-    if importlib.util.find_spec("hcclsim.workload") is not None:
-        from . import workload
-
-        run = getattr(workload, "run_section", None)
-    if run is None:
-        raise UnsupportedError(f"{where}: [[workload]] sections need hcclsim.workload.run_section, which this "
-                               f"hccl-bench does not have yet")
-    return run
-
-
-# ------------------------------------------------------------------------------------- running
-
-def _sweep_kwargs(spec: dict, launch) -> dict:
-    return {**spec["extra"], **({"launch": launch} if launch else {})}
-
-
-def _with_columns(frame: pd.DataFrame, cols: dict, launch) -> pd.DataFrame:
-    """The varied keys (and the launch mode, when the section names one) as the first columns."""
-    lead = {**cols, **({"launch": launch} if launch else {})}
-    return pd.concat([pd.DataFrame({k: [v] * len(frame) for k, v in lead.items()}, index=frame.index), frame],
-                     axis=1)
-
-
-def _skipped(frames) -> list:
-    return list(dict.fromkeys(tuple(x) for f in frames for x in f.attrs.get("skipped", [])))
-
-
-def run_sweep_section(section: Section) -> Result:
-    from .api import run_sweep
-
-    spec, frames = section.spec, []
-    for cols, overrides, launch in variants(spec):
-        with within(section.where):
-            rows = run_sweep(spec["topology"], spec["collectives"], spec["algorithm"], spec["sizes"],
-                             dtype=spec["dtype"], root=spec["root"], engine=spec["engine"], overrides=overrides,
-                             **_sweep_kwargs(spec, launch))
-        frames.append(rows)
-    frame = pd.concat([_with_columns(f, c, la) for f, (c, _, la) in zip(frames, variants(spec))], ignore_index=True)
-    return Result(section, frame, _skipped(frames))
-
-
-REPLAY_COLUMNS = ["kind", "op", "label", "collective", "size_bytes", "dtype", "calls", "algorithm", "chosen",
-                  "engine", "time_us", "busbw_GBps", "total_us", "ops_covered", "topology", "ranks"]
-
-
-def _replay_rows(spec: dict, overrides: list, launch, where: str):
-    """Per-op rows (every applicable algorithm and auto) of one combination, and the sweeps' skips."""
-    from .api import run_sweep
-
-    groups = {}
-    for op in spec["ops"]:
-        groups.setdefault((op["collective"], op["dtype"]), set()).add(op["size"])
-    timed, skipped = {}, []
-    algorithm = ",".join(x for x in (spec["algorithm"], AUTO) if x)
-    for (coll, dtype), sizes in groups.items():
-        with within(where):
-            rows = run_sweep(spec["topology"], coll, algorithm, sorted(sizes), dtype=dtype, engine=spec["engine"],
-                             overrides=overrides, **_sweep_kwargs(spec, launch))
-        skipped += rows.attrs.get("skipped", [])
-        timed[(coll, dtype)] = rows
-    out = []
-    for i, op in enumerate(spec["ops"], 1):
-        rows = timed[(op["collective"], op["dtype"])]
-        nbytes = C.sizing(op["collective"], op["size"], DTYPE_SIZE[op["dtype"]], int(rows.ranks.iloc[0])).size_bytes
-        for r in rows[rows.size_bytes == nbytes].itertuples(index=False):
-            out.append({"kind": "op", "op": i, "label": op["label"], "collective": op["collective"],
-                        "size_bytes": nbytes, "dtype": op["dtype"], "calls": op["count"], "algorithm": r.algorithm,
-                        "chosen": r.chosen, "engine": r.engine, "time_us": r.time_us, "busbw_GBps": r.busbw_GBps,
-                        "total_us": r.time_us * op["count"], "ops_covered": 1, "topology": r.topology,
-                        "ranks": r.ranks})
-    return pd.DataFrame(out, columns=REPLAY_COLUMNS), skipped
-
-
-def replay_totals(ops: pd.DataFrame, nops: int) -> pd.DataFrame:
-    """One total row per (engine, algorithm): time x calls summed over the ops it ran, ops_covered of nops;
-    then best_fixed: per collective the one algorithm with the smallest summed time over all of that
-    collective's ops (a static per-collective choice, as a fixed NCCL_ALGO would make)."""
-    out = []
-    for engine, part in ops.groupby("engine", sort=False):
-        first = part.iloc[0]
-        common = {"kind": "total", "op": pd.NA, "label": "", "collective": "", "size_bytes": pd.NA, "dtype": "",
-                  "calls": int(part.drop_duplicates("op").calls.sum()), "engine": engine, "time_us": np.nan,
-                  "busbw_GBps": np.nan, "topology": first.topology, "ranks": first.ranks}
-        for algo, rows in part.groupby("algorithm", sort=False):
-            chosen = ", ".join(dict.fromkeys(rows.chosen)) if algo == AUTO else algo
-            out.append({**common, "algorithm": algo, "chosen": chosen, "total_us": rows.total_us.sum(),
-                        "ops_covered": rows.op.nunique()})
-        picks, total = [], 0.0
-        fixed = part[part.algorithm != AUTO]
-        for coll, rows in fixed.groupby("collective", sort=False):
-            need = rows.op.nunique()
-            sums = rows.groupby("algorithm", sort=False).agg(t=("total_us", "sum"), n=("op", "nunique"))
-            sums = sums[sums.n == need].sort_values("t", kind="stable")
-            if not sums.empty:
-                picks.append(f"{coll}:{sums.index[0]}")
-                total += float(sums.t.iloc[0])
-        covered = fixed[fixed.collective.isin([p.split(":")[0] for p in picks])].op.nunique()
-        out.append({**common, "algorithm": BEST_FIXED, "chosen": ", ".join(picks), "total_us": total,
-                    "ops_covered": covered})
-    return pd.DataFrame(out, columns=REPLAY_COLUMNS)
-
-
-def run_replay_section(section: Section) -> Result:
-    spec, frames, skipped = section.spec, [], []
-    for cols, overrides, launch in variants(spec):
-        ops, skips = _replay_rows(spec, overrides, launch, section.where)
-        skipped += skips
-        both = pd.concat([ops, replay_totals(ops, len(spec["ops"]))], ignore_index=True)
-        frames.append(_with_columns(both, cols, launch))
-    frame = pd.concat(frames, ignore_index=True)
-    for col in ("op", "size_bytes"):
-        frame[col] = frame[col].astype("Int64")
-    return Result(section, frame, list(dict.fromkeys(tuple(x) for x in skipped)))
-
-
-def run_workload_section(section: Section) -> Result:
-    frame = _workload_runner(section.where)(dict(section.raw), section.where)
-    if not isinstance(frame, pd.DataFrame):
-        raise UnsupportedError(f"{section.where}: hcclsim.workload.run_section returned {type(frame).__name__}, "
-                               f"expected a DataFrame")
-    return Result(section, frame)
-
-
-RUNNERS = {"sweep": run_sweep_section, "replay": run_replay_section, "workload": run_workload_section}
-
-
-def run_section(section: Section) -> Result:
-    return RUNNERS[section.kind](section)
-
-
-# ------------------------------------------------------------------------------------- writing
-
-def provenance(scenario: Scenario, result: Result) -> dict:
-    """What `sweep -o` records (hcclsim.provenance.metadata, for the section's topology without its varied
-    keys), plus the scenario: file, its sha256, the section as written, and every combination's topology."""
-    from .provenance import inputs_hash, metadata, resolved_topology
-
-    s = result.section
-    head = {"name": scenario.name, "file": scenario.label, "sha256": scenario.sha256, "title": scenario.title,
-            "section": s.name, "kind": s.kind, "as_written": s.raw}
-    if s.kind == "workload":
-        meta = dict(result.frame.attrs.get("provenance") or {})
-        meta.setdefault("inputs_sha256", hashlib.sha256((scenario.sha256 + s.name).encode()).hexdigest())
-        return {**meta, "scenario": head}
-    spec = s.spec
-    base = load_topology_in(spec, spec["overrides"], s.where)
-    if s.kind == "sweep":
-        colls, algorithm, sizes, root = spec["collectives"], spec["algorithm"], spec["sizes"], spec["root"]
-    else:
-        colls = list(dict.fromkeys(op["collective"] for op in spec["ops"]))
-        algorithm = ",".join(x for x in (spec["algorithm"], AUTO) if x)
-        sizes, root = sorted({op["size"] for op in spec["ops"]}), 0
-    meta = metadata(base, collectives=colls, algorithm=algorithm, sizes=sizes, dtype=spec["dtype"], root=root,
-                    engine=spec["engine"], given={"topology": spec["topology"], "overrides": spec["overrides"]})
-    canonical = {k: v for k, v in spec.items() if k != "topologies"}
-    variants_ = [{"columns": cols, "launch": launch, "topology": resolved_topology(t)}
-                 for (cols, _, launch), t in zip(variants(spec), spec["topologies"])]
-    meta["inputs_sha256"] = inputs_hash(resolved_topology(base), {"section": canonical, "variants": variants_})
-    return {**meta, "scenario": {**head, "variants": variants_}}
-
-
-def write_section(scenario: Scenario, result: Result, out_dir: Path, figures: bool = True) -> list[Path]:
-    """results/NAME/<section>.csv (+ .meta.json) and, for a sweep with plot = {...}, <section>.png when
-    figures is true (matplotlib present). Returns the paths written."""
-    from .report import write
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    csv = out_dir / f"{result.section.name}.csv"
-    write(result.frame, str(csv), provenance(scenario, result))
-    written = [csv]
-    if figures and result.section.kind == "sweep" and result.section.spec["plot"]:
-        written.append(draw_figure(result, out_dir / f"{result.section.name}.png"))
-    return written
-
-
-def plot_available() -> bool:
-    return importlib.util.find_spec("matplotlib") is not None
-
-
-def draw_figure(result: Result, out: Path) -> Path:
-    """hcclsim.plot.draw over the section's rows (those plot.collectives/algorithms keep), one line per
-    algorithm and varied value (a varied key that only changes the rank count is named by the ranks)."""
-    from . import plot
-
-    how, data = result.section.spec["plot"], result.frame
-    for key, col in (("collectives", "collective"), ("algorithms", "algorithm")):
-        if key in how:
-            data = data[data[col].isin(how[key])]
-    extra = [k for k, _ in result.section.spec["vary"]] + (["launch"] if result.section.spec["launch"] else [])
-    varying = [k for k in extra if data[k].nunique() > 1 and not _same_as_ranks(data, k)]
-    if varying:
-        tags = data[varying].astype(str).apply(lambda r: ", ".join(f"{k}={v}" for k, v in r.items()), axis=1)
-        data = data.assign(algorithm=data.algorithm + " (" + tags + ")")
-    return plot.draw(data[data.size_bytes > 0], out, how["metrics"])
-
-
-def _same_as_ranks(data: pd.DataFrame, key: str) -> bool:
-    pairs = data[[key, "ranks"]].astype(str).drop_duplicates()
-    return len(pairs) == pairs[key].nunique() == pairs["ranks"].nunique()
-
-
-def copy_source(scenario: Scenario, out_dir: Path) -> Path:
-    """The scenario file as run, beside its tables (scenario.toml)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    dest = out_dir / "scenario.toml"
-    try:
-        dest.write_text(_read_text(scenario.path, scenario.label), encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"-o {str(out_dir)!r}: cannot write ({e.strerror or e})") from None
-    return dest

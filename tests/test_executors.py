@@ -93,8 +93,9 @@ def test_api_rows_are_identical_whichever_executor_runs_them(monkeypatch, cluste
 
 
 def test_noisy_rows_are_identical_whichever_executor_runs_them(monkeypatch, cluster):
-    noisy = dict(topology="switch8", collective="all_reduce,all_gather", algorithm="ring,direct", sizes=["1K", "1M"],
-                 engine="analytic,packet", iters=4, skew="1us", jitter="300ns", seed=7)
+    noisy = {"topology": "switch8", "collective": "all_reduce,all_gather", "algorithm": "ring,direct",
+             "sizes": ["1K", "1M"], "engine": "analytic,packet", "iters": 4, "skew": "1us", "jitter": "300ns",
+             "seed": 7}
     one = hcclsim.sweep(**noisy)
     on_dask = hcclsim.sweep(**noisy, executor="dask", scheduler=cluster.scheduler_address)
     monkeypatch.setattr(executors, "SERIAL_SECONDS", 0.0)

@@ -13,11 +13,12 @@ from helpers import assert_one_line_error
 from helpers import run_cli as run
 
 from hcclsim import scenario as S
+from hcclsim import study as R
 from hcclsim.config import load_topology
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.toml"))
-HAS_MPL = S.plot_available()
+HAS_MPL = R.plot_available()
 
 
 def write(tmp_path, text: str, name: str = "study.toml") -> Path:
@@ -79,7 +80,7 @@ def test_a_bare_name_runs_into_results_name(capsys, tmp_path, monkeypatch):
 
 
 def test_without_matplotlib_a_one_line_note_and_the_tables(capsys, tmp_path, monkeypatch):
-    monkeypatch.setattr(S, "plot_available", lambda: False)
+    monkeypatch.setattr(R, "plot_available", lambda: False)
     path = write(tmp_path, HEAD + SWEEP + 'plot = { metric = "time" }\n')
     status, out, err = run(capsys, "run", path, "-o", tmp_path / "out")
     assert status == 0, err
@@ -93,7 +94,7 @@ def test_without_matplotlib_a_one_line_note_and_the_tables(capsys, tmp_path, mon
 def test_vary_and_launch_make_one_run_per_combination_with_a_column_each(tmp_path):
     path = write(tmp_path, HEAD + SWEEP + 'vary = { "latency" = ["250ns", "1us"], "bandwidth" = ["50GB/s", '
                  '"100GB/s", "200GB/s"] }\nlaunch = ["host", "device"]\n')
-    result = S.run_section(S.load(str(path)).sections[0])
+    result = R.run_section(S.load(str(path)).sections[0])
     df = result.frame
     assert list(df.columns[:3]) == ["latency", "bandwidth", "launch"]
     assert len(df) == 2 * 3 * 2 * 2 * 2                # latencies x bandwidths x launches x algorithms x sizes
@@ -109,7 +110,7 @@ def test_replay_totals_are_time_times_calls_and_auto_is_never_slower(tmp_path):
                  '  { collective = "all_reduce", size = "4M", count = 3 },\n'
                  '  { collective = "all_reduce", size = 1024 },\n'
                  '  { collective = "all_to_all", size = "1M", count = 2, label = "a2a" },\n]\n')
-    df = S.run_section(S.load(str(path)).sections[0]).frame
+    df = R.run_section(S.load(str(path)).sections[0]).frame
     ops, totals = df[df.kind == "op"], df[df.kind == "total"].set_index("algorithm")
     assert (ops.total_us == ops.time_us * ops.calls).all()
     for algo, part in ops.groupby("algorithm"):
@@ -122,15 +123,6 @@ def test_replay_totals_are_time_times_calls_and_auto_is_never_slower(tmp_path):
     per_op_best = ops[ops.algorithm != "auto"].groupby("op").time_us.min()
     auto = ops[ops.algorithm == "auto"].set_index("op")
     assert (auto.time_us == per_op_best).all()
-
-
-def test_workload_sections_need_the_workload_module(tmp_path, monkeypatch, capsys):
-    path = write(tmp_path, HEAD + '[[workload]]\nname = "w"\n')
-    real = S.importlib.util.find_spec
-    monkeypatch.setattr(S.importlib.util, "find_spec",
-                        lambda name, *a: None if name == "hcclsim.workload" else real(name, *a))
-    assert_one_line_error(*run(capsys, "run", path, "-o", tmp_path / "out"), "[[workload]] w",
-                          "hcclsim.workload.run_section")
 
 
 # ------------------------------------------------------------------------------------ errors
@@ -182,7 +174,7 @@ def test_device_triggered_is_faster_than_host_by_exactly_the_launch_overhead():
     section = next(s for s in study.sections if s.name == "eager-vs-device")
     overhead = section.spec["topologies"][0].endpoint.launch_overhead
     assert overhead > 0
-    df = S.run_section(section).frame
+    df = R.run_section(section).frame
     key = ["collective", "algorithm", "size_bytes"]
     host = df[df.launch == "host"].set_index(key).time_us
     device = df[df.launch == "device"].set_index(key).time_us
@@ -192,7 +184,7 @@ def test_device_triggered_is_faster_than_host_by_exactly_the_launch_overhead():
 
 def test_no_single_tier_algorithm_passes_the_link_and_striping_or_in_switch_does():
     study = S.load("hccl-intra-rack-bandwidth")
-    df = S.run_section(next(s for s in study.sections if s.name == "past-the-link")).frame
+    df = R.run_section(next(s for s in study.sections if s.name == "past-the-link")).frame
     df = df.rename(columns={"scale_up.bandwidth": "bw", "scale_up.in_switch_reduce": "isr"})
     plain = df[(df.bw == "800GB/s") & (df.algorithm != "in_switch")]
     assert plain.busbw_GBps.max() <= 800 * (1 + 1e-12)

@@ -1,4 +1,4 @@
-"""`hccl-bench run SCENARIO`: run a study (scenarios/NAME.toml) into results/NAME/ (logic in hcclsim/scenario.py)."""
+"""`hccl-bench run SCENARIO`: a study (scenarios/NAME.toml) into results/NAME/ (hcclsim.scenario reads, hcclsim.study runs)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from .. import scenario as S
+from .. import study as R
 from ..errors import HcclSimError
 from ..report import render_list
 from ..units import format_size
@@ -48,14 +49,14 @@ def run_cmd(scenario, list_, out_dir, quiet):
     study = S.load(scenario)
     out = Path(out_dir) if out_dir else Path("results") / study.name
     figures = any(s.kind == "sweep" and s.spec["plot"] for s in study.sections)
-    can_plot = figures and S.plot_available()
+    can_plot = figures and R.plot_available()
     if figures and not can_plot and not quiet:
         click.echo("hccl-bench: no figures: plotting needs matplotlib: pip install 'hccl-bench[plot]'", err=True)
     con = None if quiet else Console(width=max(shutil.get_terminal_size((120, 24)).columns, 100), highlight=False)
-    written = [S.copy_source(study, out)]
+    written = [R.copy_source(study, out)]
     for section in study.sections:
-        result = S.run_section(section)
-        written += S.write_section(study, result, out, figures=can_plot)
+        result = R.run_section(section)
+        written += R.write_section(study, result, out, figures=can_plot)
         if con:
             RENDER[section.kind](con, result)
             for coll, algo, why in result.skipped:
