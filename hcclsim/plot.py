@@ -194,6 +194,38 @@ def draw(data: pd.DataFrame, out, metrics=("busbw",), by: str = "algorithm") -> 
     return out
 
 
+def draw_bars(values: pd.DataFrame, out, ylabel: str, title_text: str) -> Path:
+    """A grouped bar chart: one group per row of `values` (its index labels the group), one bar per
+    column (a series, e.g. a workload's variants). Written to `out` (.png or .svg)."""
+    out = check_output(str(out))
+    mpl, Figure, FigureCanvasAgg, *_ = _matplotlib()
+    groups, series = [str(i) for i in values.index], [str(c) for c in values.columns]
+    rc = {"svg.fonttype": "none", "svg.hashsalt": "hccl-bench", "font.size": 9, "axes.titlesize": 10,
+          "legend.fontsize": 8, "axes.grid": True, "grid.alpha": 0.3}
+    with mpl.rc_context(rc):
+        fig = Figure(figsize=(max(5.6, 0.35 * len(groups) * len(series) + 2), 4.2), dpi=100, layout="constrained")
+        FigureCanvasAgg(fig)
+        ax = fig.subplots()
+        cycle = mpl.rcParams["axes.prop_cycle"].by_key()["color"]
+        width = 0.8 / max(len(series), 1)
+        for k, name in enumerate(series):
+            xs = [g + (k - (len(series) - 1) / 2) * width for g in range(len(groups))]
+            ax.bar(xs, values.iloc[:, k].to_numpy(), width=width, label=name, color=cycle[k % len(cycle)])
+        ax.set_xticks(range(len(groups)), groups, rotation=20 if max(map(len, groups)) > 14 else 0, ha="right"
+                      if max(map(len, groups)) > 14 else "center")
+        ax.set_ylabel(ylabel)
+        ax.set_ylim(bottom=0)
+        ax.grid(axis="x", visible=False)
+        ax.legend(frameon=False, ncols=min(len(series), 4))
+        fig.suptitle(title_text)
+        meta = {"Date": None} if out.suffix.lower() == ".svg" else {}
+        try:
+            fig.savefig(out, format=out.suffix.lower()[1:], metadata=meta)
+        except OSError as e:
+            raise ConfigError(f"-o {str(out)!r}: cannot write ({e.strerror or e})") from None
+    return out
+
+
 def plot_files(paths, out, metrics=("busbw",), by: str = "algorithm", collectives=None) -> Path:
     """load + draw: the Python side of `hccl-bench plot`."""
     check_output(str(out))

@@ -179,8 +179,8 @@ def provenance(scenario: Scenario, result: Result) -> dict:
 
 
 def write_section(scenario: Scenario, result: Result, out_dir: Path, figures: bool = True) -> list[Path]:
-    """results/NAME/<section>.csv (+ .meta.json) and, for a sweep with plot = {...}, <section>.png when
-    figures is true (matplotlib present). Returns the paths written."""
+    """results/NAME/<section>.csv (+ .meta.json) and, for a sweep with plot = {...} or a workload,
+    <section>.png when figures is true (matplotlib present). Returns the paths written."""
     from .report import write
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -189,6 +189,8 @@ def write_section(scenario: Scenario, result: Result, out_dir: Path, figures: bo
     written = [csv]
     if figures and result.section.kind == "sweep" and result.section.spec["plot"]:
         written.append(draw_figure(result, out_dir / f"{result.section.name}.png"))
+    if figures and result.section.kind == "workload":
+        written.append(draw_workload_figure(result, out_dir / f"{result.section.name}.png"))
     return written
 
 
@@ -211,6 +213,29 @@ def draw_figure(result: Result, out: Path) -> Path:
         tags = data[varying].astype(str).apply(lambda r: ", ".join(f"{k}={v}" for k, v in r.items()), axis=1)
         data = data.assign(algorithm=data.algorithm + " (" + tags + ")")
     return plot.draw(data[data.size_bytes > 0], out, how["metrics"])
+
+
+# what a workload figure shows: the first of these columns the table has
+WORKLOAD_METRICS = (("layer_us", "layer time (us)"), ("gemm_slowdown_pct", "GEMM slowdown (%)"),
+                    ("makespan_us", "makespan (us)"))
+
+
+def draw_workload_figure(result: Result, out: Path) -> Path:
+    """A bar per variant, grouped by case and by the section's swept parameters (its list values and its
+    `vary` keys, e.g. skew and jitter): layer time for a layer, GEMM slowdown for an overlap."""
+    from . import plot
+
+    df, raw = result.frame, result.section.raw
+    metric, ylabel = next((m, y) for m, y in WORKLOAD_METRICS if m in df.columns)
+    swept = [k for k, v in raw.items() if isinstance(v, list) and k not in ("set", "cases", "variant")]
+    swept += list(raw.get("vary", {}))
+    keys = [c for c in ["case"] + [next((c for c in (k, f"{k}_us") if c in df.columns), None) for k in swept]
+            if c is not None and c in df.columns and df[c].nunique(dropna=False) > 1]
+    label = df[keys].astype(str).apply(lambda r: ", ".join(v if k == "case" else f"{k}={v}" for k, v in r.items()),
+                                       axis=1) if keys else pd.Series(result.section.name, index=df.index)
+    table = df.assign(group=label).pivot_table(index="group", columns="variant", values=metric, sort=False)
+    table = table[list(dict.fromkeys(df.variant))]
+    return plot.draw_bars(table, out, ylabel, f"{result.section.name}: {ylabel} per variant")
 
 
 def _same_as_ranks(data: pd.DataFrame, key: str) -> bool:

@@ -57,7 +57,8 @@ def test_every_scenario_runs_and_writes_its_tables(capsys, tmp_path, path):
         assert meta["schema_version"] == 1
         assert meta["scenario"]["section"] == section.name and meta["scenario"]["sha256"] == study.sha256
         png = tmp_path / f"{section.name}.png"
-        wants_png = section.kind == "sweep" and section.spec["plot"] is not None and HAS_MPL
+        wants_png = (section.kind == "workload" or (section.kind == "sweep" and section.spec["plot"] is not None)) \
+            and HAS_MPL
         assert png.is_file() == wants_png, png
 
 
@@ -207,3 +208,19 @@ def test_an_installed_package_finds_the_scenarios_by_name(tmp_path):
                          capture_output=True, text=True)
     assert set(out.stdout.split()) == {p.stem for p in SCENARIOS}
     assert not (target / "scenarios").exists()            # installed as hcclsim/scenarios, not a bare package
+
+
+def test_a_workload_figure_groups_bars_by_case_and_swept_values(monkeypatch, tmp_path):
+    from hcclsim import plot
+
+    drawn = {}
+    monkeypatch.setattr(plot, "draw_bars", lambda table, out, ylabel, title: drawn.update(table=table, ylabel=ylabel))
+    study = S.load(str(ROOT / "scenarios" / "hccl-gemm-overlap.toml"))
+    R.draw_workload_figure(R.run_section(study.sections[0]), tmp_path / "f.png")
+    table = drawn["table"]
+    assert drawn["ylabel"] == "GEMM slowdown (%)"
+    assert list(table.columns) == ["offload", "sm-16ch", "sm-32ch"]
+    assert len(table) == 3 * 2 * 2                      # 3 cases x skew on/off x jitter on/off
+    assert all("skew_us=" in g and "jitter_us=" in g for g in table.index)
+    quiet = table.loc["compute-bound, continuous, skew_us=0.0, jitter_us=0.0"]
+    assert quiet["offload"] == 0 and quiet["sm-16ch"] > 0

@@ -48,7 +48,7 @@ def run_cmd(scenario, list_, out_dir, quiet):
         raise click.UsageError("give a scenario: a .toml file or a name from `hccl-bench run --list`")
     study = S.load(scenario)
     out = Path(out_dir) if out_dir else Path("results") / study.name
-    figures = any(s.kind == "sweep" and s.spec["plot"] for s in study.sections)
+    figures = any(s.kind == "workload" or (s.kind == "sweep" and s.spec["plot"]) for s in study.sections)
     can_plot = figures and R.plot_available()
     if figures and not can_plot and not quiet:
         click.echo("hccl-bench: no figures: plotting needs matplotlib: pip install 'hccl-bench[plot]'", err=True)
