@@ -139,6 +139,18 @@ def _matplotlib():
     return matplotlib, Figure, FigureCanvasAgg, FixedLocator, FuncFormatter, NullLocator
 
 
+RC = {"svg.fonttype": "none", "svg.hashsalt": "hccl-bench", "font.size": 9, "axes.titlesize": 10,
+      "legend.fontsize": 8, "axes.grid": True, "grid.alpha": 0.3}    # SVGs repeat byte for byte
+
+
+def _save(fig, out: Path) -> None:
+    meta = {"Date": None} if out.suffix.lower() == ".svg" else {}
+    try:
+        fig.savefig(out, format=out.suffix.lower()[1:], metadata=meta)
+    except OSError as e:
+        raise ConfigError(f"-o {str(out)!r}: cannot write ({e.strerror or e})") from None
+
+
 def draw(data: pd.DataFrame, out, metrics=("busbw",), by: str = "algorithm") -> Path:
     """Write the picture of `data` (from load) to `out` (.png or .svg); returns the path written."""
     out = check_output(str(out))
@@ -152,9 +164,7 @@ def draw(data: pd.DataFrame, out, metrics=("busbw",), by: str = "algorithm") -> 
     colors = {name: i for i, name in enumerate(dict.fromkeys(k for k, _ in groups))}
     ticks = size_ticks(int(data.size_bytes.min()), int(data.size_bytes.max()))
 
-    rc = {"svg.fonttype": "none", "svg.hashsalt": "hccl-bench", "font.size": 9, "axes.titlesize": 10,
-          "legend.fontsize": 8, "axes.grid": True, "grid.alpha": 0.3}
-    with mpl.rc_context(rc):
+    with mpl.rc_context(RC):
         fig = Figure(figsize=(5.6 * len(colls), 3.6 * len(metrics) + 0.4), dpi=100, layout="constrained")
         FigureCanvasAgg(fig)
         axes = fig.subplots(len(metrics), len(colls), squeeze=False)
@@ -186,11 +196,7 @@ def draw(data: pd.DataFrame, out, metrics=("busbw",), by: str = "algorithm") -> 
                 if ax.lines:
                     ax.legend(loc="upper left" if not logy else "lower right", frameon=False)
         fig.suptitle(title(data))
-        meta = {"Date": None} if out.suffix.lower() == ".svg" else {}
-        try:
-            fig.savefig(out, format=out.suffix.lower()[1:], metadata=meta)
-        except OSError as e:
-            raise ConfigError(f"-o {str(out)!r}: cannot write ({e.strerror or e})") from None
+        _save(fig, out)
     return out
 
 
@@ -200,9 +206,7 @@ def draw_bars(values: pd.DataFrame, out, ylabel: str, title_text: str) -> Path:
     out = check_output(str(out))
     mpl, Figure, FigureCanvasAgg, *_ = _matplotlib()
     groups, series = [str(i) for i in values.index], [str(c) for c in values.columns]
-    rc = {"svg.fonttype": "none", "svg.hashsalt": "hccl-bench", "font.size": 9, "axes.titlesize": 10,
-          "legend.fontsize": 8, "axes.grid": True, "grid.alpha": 0.3}
-    with mpl.rc_context(rc):
+    with mpl.rc_context(RC):
         fig = Figure(figsize=(max(5.6, 0.35 * len(groups) * len(series) + 2), 4.2), dpi=100, layout="constrained")
         FigureCanvasAgg(fig)
         ax = fig.subplots()
@@ -218,11 +222,7 @@ def draw_bars(values: pd.DataFrame, out, ylabel: str, title_text: str) -> Path:
         ax.grid(axis="x", visible=False)
         ax.legend(frameon=False, ncols=min(len(series), 4))
         fig.suptitle(title_text)
-        meta = {"Date": None} if out.suffix.lower() == ".svg" else {}
-        try:
-            fig.savefig(out, format=out.suffix.lower()[1:], metadata=meta)
-        except OSError as e:
-            raise ConfigError(f"-o {str(out)!r}: cannot write ({e.strerror or e})") from None
+        _save(fig, out)
     return out
 
 
