@@ -208,6 +208,12 @@ def test_an_installed_package_finds_the_scenarios_by_name(tmp_path):
                          capture_output=True, text=True)
     assert set(out.stdout.split()) == {p.stem for p in SCENARIOS}
     assert not (target / "scenarios").exists()            # installed as hcclsim/scenarios, not a bare package
+    # a workload study runs from the installed copy (hcclsim.workload and hcclsim.study are packaged)
+    run_ = subprocess.run([sys.executable, "-c", "from hcclsim.cli import main; raise SystemExit(main())", "run",
+                           "hccl-gemm-overlap", "-o", str(tmp_path / "out"), "-q"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, check=False)
+    assert run_.returncode == 0, run_.stderr
+    assert (tmp_path / "out" / "gemm-overlap.csv").is_file()
 
 
 def test_a_workload_figure_groups_bars_by_case_and_swept_values(monkeypatch, tmp_path):
