@@ -127,7 +127,7 @@ def _str(v, where):
     return v
 
 
-def _int(lo):
+def whole_number(lo):
     def parse(v, where):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             raise ConfigError(f"{where}: expected a whole number >= {lo}, got {v!r}")
@@ -221,7 +221,7 @@ def _common(table: dict, where: str) -> dict:
         if x not in LAUNCHES:
             raise ConfigError(f"{where}: launch: unknown launch {x!r}{suggest(x, LAUNCHES)}; expected host or "
                               f"device (or a list of both)")
-    checks = {"iters": _int(1), "skew": parse_time, "jitter": parse_time, "seed": _int(0)}
+    checks = {"iters": whole_number(1), "skew": parse_time, "jitter": parse_time, "seed": whole_number(0)}
     for key in EXECUTION_KEYS:
         if key in table:
             checks[key](table[key], f"{where}: {key}")
@@ -267,7 +267,7 @@ def _sizes(table: dict, where: str) -> list[int]:
         return sorted({parse_size(s, f"{where}: sizes") for s in items})
     b = parse_size(table.get("b", 16), f"{where}: b")
     e = parse_size(table.get("e", "1G"), f"{where}: e")
-    f = _int(2)(table.get("f", 4), f"{where}: f")
+    f = whole_number(2)(table.get("f", 4), f"{where}: f")
     with within(where):
         return size_grid(b, e, f)
 
@@ -281,7 +281,7 @@ def _sweep_spec(table: dict, where: str) -> dict:
     spec["collectives"] = [C.canonical(c, f"{where}: {key}") for c in names]
     spec["algorithm"] = _algorithms(table, where, "all")
     spec["sizes"] = _sizes(table, where)
-    spec["root"] = _int(0)(table.get("root", 0), f"{where}: root")
+    spec["root"] = whole_number(0)(table.get("root", 0), f"{where}: root")
     for topo in spec["topologies"]:
         if spec["root"] >= topo.nranks:
             raise ConfigError(f"{where}: root: expected a rank in 0..{topo.nranks - 1}, got {spec['root']}")
@@ -330,7 +330,7 @@ def _replay_spec(table: dict, where: str) -> dict:
             dtype = parse_dtype(op.get("dtype", spec["dtype"]), "dtype")
         spec["ops"].append({"collective": C.canonical(op["collective"], f"{at}: collective"),
                             "size": parse_size(op["size"], f"{at}: size"),
-                            "count": _int(1)(op.get("count", 1), f"{at}: count"),
+                            "count": whole_number(1)(op.get("count", 1), f"{at}: count"),
                             "label": _str(op["label"], f"{at}: label") if "label" in op else "",
                             "dtype": dtype})
     return spec

@@ -15,7 +15,7 @@ import pandas as pd
 from .. import collectives as C
 from ..config import DEFAULT_PRESET, _bool, _choice, load_topology
 from ..errors import ConfigError, HcclSimError, suggest
-from ..scenario import parse_vary, toml_literal
+from ..scenario import parse_vary, toml_literal, whole_number
 from ..units import DTYPE_SIZE, parse_dtype, parse_size, parse_time
 from .collective import PERCENTILES, CollectiveTimer
 from .fluid import simulate
@@ -24,14 +24,6 @@ from .patterns import COLLECTIVE_SETS, PATTERNS, SCHEDULES
 from .summary import summarize
 
 # ---------------------------------------------------------------------------------- value parsers
-
-def _int(lo):
-    def parse(v, where):
-        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
-            raise ConfigError(f"{where}: expected a whole number >= {lo}, got {v!r}")
-        return v
-    return parse
-
 
 def _str(v, where):
     if not isinstance(v, str) or not v.strip():
@@ -77,19 +69,19 @@ SHARED = {
     "algorithm": (_algorithm, "auto"),
     "execution": (_choice(("offload", "sm"), "value"), None),       # None: the topology's [endpoint] execution
     "sm_share": (_share, None),                            # None: the topology's [endpoint] sm_share
-    "gemm_tile": (_int(0), 0),
+    "gemm_tile": (whole_number(0), 0),
     "launch": (_choice(("host", "device"), "value"), "host"),
     "skew": (_time, 0),
     "jitter": (_time, 0),
 }
 PARAMS = {
-    "overlap": {"m": (_int(1), None), "n": (_int(1), None), "k": (_int(1), None),
-                "collective": (_collective, "all_reduce"), "size": (_size, None), "count": (_int(0), 0)},
-    "tp_layer": {"tokens": (_int(1), None), "hidden": (_int(1), None), "ffn": (_int(1), None),
-                 "qkv": (_int(1), None), "seq": (_int(1), None), "causal": (_bool, True),
-                 "gated": (_bool, False), "tp": (_int(0), 0), "schedule": (_choice(SCHEDULES, "value"), "sequential"),
-                 "collectives": (_choice(COLLECTIVE_SETS, "value"), "all_reduce"), "chunks": (_int(1), 4),
-                 "tiles": (_int(1), 64)},
+    "overlap": {"m": (whole_number(1), None), "n": (whole_number(1), None), "k": (whole_number(1), None),
+                "collective": (_collective, "all_reduce"), "size": (_size, None), "count": (whole_number(0), 0)},
+    "tp_layer": {"tokens": (whole_number(1), None), "hidden": (whole_number(1), None), "ffn": (whole_number(1), None),
+                 "qkv": (whole_number(1), None), "seq": (whole_number(1), None), "causal": (_bool, True),
+                 "gated": (_bool, False), "tp": (whole_number(0), 0), "schedule": (_choice(SCHEDULES, "value"), "sequential"),
+                 "collectives": (_choice(COLLECTIVE_SETS, "value"), "all_reduce"), "chunks": (whole_number(1), 4),
+                 "tiles": (whole_number(1), 64)},
 }
 REQUIRED = {"overlap": ("m", "n", "k", "size"), "tp_layer": ("tokens", "hidden")}
 SECTION_ONLY = {"name", "description", "kind", "topology", "set", "vary", "iters", "seed", "percentile",
@@ -140,8 +132,8 @@ def plan(table: dict, where: str) -> dict:
         "topology": _str(table.get("topology", DEFAULT_PRESET), f"{where}: topology"),
         "set": _overrides(table.get("set", []), f"{where}: set"),
         "vary": parse_vary(table["vary"], f"{where}: vary") if "vary" in table else [],
-        "iters": _int(1)(table.get("iters", 1), f"{where}: iters"),
-        "seed": _int(0)(table.get("seed", 0), f"{where}: seed"),
+        "iters": whole_number(1)(table.get("iters", 1), f"{where}: iters"),
+        "seed": whole_number(0)(table.get("seed", 0), f"{where}: seed"),
         "percentile": _choice(PERCENTILES, "value")(table.get("percentile", "p50"), f"{where}: percentile"),
     }
     try:
