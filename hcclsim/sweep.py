@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import partial
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -116,8 +117,20 @@ def time_algorithm(algo: Algorithm, problem: Problem, sizes: list[int], dtype: s
     return sizings, out
 
 
-def _frame(ctx, coll, label, sizings, engine_name, samples, counters):
-    topology, dtype, root, stats = ctx[:4]
+class Context(NamedTuple):
+    """What every unit of one sweep shares (picklable, for workers)."""
+
+    topology: Topology
+    dtype: str
+    root: int
+    stats: bool              # add the engines' counters
+    auto: bool               # -a includes auto: rows get a chosen column
+    launch: str
+    noise: Noise
+
+
+def _frame(ctx: Context, coll, label, sizings, engine_name, samples, counters):
+    topology, dtype, root, stats = ctx.topology, ctx.dtype, ctx.root, ctx.stats
     size_bytes = np.array([s.size_bytes for s in sizings], np.float64)
     spread = summarize(samples)
     seconds = spread["time_us_p50"] / 1e6
@@ -135,9 +148,9 @@ def columns(stats: bool = False, auto: bool = False, noise: Noise = QUIET) -> li
         + (["chosen"] if auto else [])
 
 
-def _finish(ctx, frame, chosen):
-    frame = frame[columns(ctx[3], False, ctx[6])]
-    return frame.assign(chosen=chosen) if ctx[4] else frame
+def _finish(ctx: Context, frame, chosen):
+    frame = frame[columns(ctx.stats, False, ctx.noise)]
+    return frame.assign(chosen=chosen) if ctx.auto else frame
 
 
 @dataclass(frozen=True)
@@ -160,29 +173,29 @@ class Unit:
         return len(self.sizes) * len(self.engines)
 
 
-def run_unit(ctx, unit: Unit) -> list[pd.DataFrame]:
+def run_unit(ctx: Context, unit: Unit) -> list[pd.DataFrame]:
     """The rows of one unit, one frame per engine (in the unit's engine order). Picklable, for workers."""
-    topology, dtype, root = ctx[:3]
-    how = ctx[5:]
+    topology, dtype, root = ctx.topology, ctx.dtype, ctx.root
+    how = (ctx.launch, ctx.noise)
     coll, sizes, engines = unit.collective, list(unit.sizes), unit.engines
     problem = Problem(coll, topology, root)
     if unit.algorithm != AUTO:
         sizings, timed = time_algorithm(unit.algorithm, problem, sizes, dtype, engines, *how)
         return [_finish(ctx, _frame(ctx, coll, unit.label, sizings, e, *timed[e]), unit.label) for e in engines]
     candidates = [a for a in algorithms_for("all", coll) if not a.unsupported(problem)]
-    timed = {a.label: (a, *time_algorithm(a, problem, sizes, dtype, ("analytic",), how[0])) for a in candidates}
+    timed = {a.label: (a, *time_algorithm(a, problem, sizes, dtype, ("analytic",), ctx.launch)) for a in candidates}
     sizings = next(iter(timed.values()))[1]
     scores = pd.concat([_frame(ctx, coll, label, sz, "analytic", *t["analytic"]) for label, (_, sz, t) in timed.items()])
     pick = best_per_size(scores, "analytic").set_index("size_bytes")["algorithm"]
     chosen = [pick[s.size_bytes] for s in sizings]
     out = []
     for engine_name in engines:
-        seconds = np.zeros((how[1].iters, len(sizes)))
+        seconds = np.zeros((ctx.noise.iters, len(sizes)))
         counters = {c: np.full(len(sizes), np.nan) for c in STAT_COLUMNS}
         for label in dict.fromkeys(chosen):
             idx = [i for i, c in enumerate(chosen) if c == label]
             algo, _, t = timed[label]
-            if engine_name != "analytic" or how[1] != QUIET:    # time only the sizes this algorithm won
+            if engine_name != "analytic" or ctx.noise != QUIET:    # time only the sizes this algorithm won
                 t = time_algorithm(algo, problem, [sizes[i] for i in idx], dtype, (engine_name,), *how)[1]
                 idx_t = slice(None)
             else:
@@ -227,7 +240,7 @@ def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "al
         raise ConfigError(f"--root: expected a rank in 0..{topology.nranks - 1}, got {root}")
     sizes = sorted({int(s) for s in sizes})
     listed, auto = split_auto(algorithms)
-    ctx = (topology, dtype, root, stats, auto, check_launch(launch), noise)
+    ctx = Context(topology, dtype, root, stats, auto, check_launch(launch), noise)
     skipped, blocks = [], []           # blocks: (collective, algorithm) in the sweep's order
     for coll in [C.canonical(c) for c in collectives]:
         problem = Problem(coll, topology, root)
