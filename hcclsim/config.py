@@ -59,18 +59,25 @@ def read_toml(path, label: str) -> dict:
         raise ConfigError(f"{label}: malformed TOML: {e}") from None
 
 
-def locate(ref: str, where: str = "--topology"):
-    """A preset name or a TOML path -> (name, label for messages, the file to read)."""
+def find_toml(ref: str, where: str, named, what: str, label: str):
+    """A TOML path, or a name among named() (name -> file) -> (name, label for messages, the file).
+    what names the kind in errors ('preset'); label formats a named file's label ('preset {}')."""
     path = Path(ref)
     if ref.endswith(".toml") or path.exists() or "/" in ref:
         if not path.is_file():
             raise ConfigError(f"{where}: no such file {ref!r}")
         return path.stem, str(path), path
-    names = preset_names()
-    if ref not in names:
-        raise ConfigError(f"{where}: unknown preset {ref!r}{suggest(ref, names)}; expected a .toml file or "
-                          f"one of: {', '.join(names)}")
-    return ref, f"preset {ref}", preset_dir() / f"{ref}.toml"
+    files = named()
+    if ref not in files:
+        raise ConfigError(f"{where}: unknown {what} {ref!r}{suggest(ref, list(files))}; expected a .toml file or "
+                          f"one of: {', '.join(files) or '(none found)'}")
+    return ref, label.format(ref), files[ref]
+
+
+def locate(ref: str, where: str = "--topology"):
+    """A preset name or a TOML path -> (name, label for messages, the file to read)."""
+    return find_toml(ref, where, lambda: {n: preset_dir() / f"{n}.toml" for n in preset_names()}, "preset",
+                     "preset {}")
 
 
 def resolve(ref: str, where: str = "--topology") -> tuple[str, str, dict]:

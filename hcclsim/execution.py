@@ -60,8 +60,8 @@ class Noise:
         if not isinstance(self.iters, int) or self.iters < 1:
             raise ConfigError(f"--iters: expected a whole number >= 1, got {self.iters!r}")
         for name in ("skew", "jitter"):
-            if not self.__getattribute__(name) >= 0:
-                raise ConfigError(f"--{name}: expected a time >= 0, got {self.__getattribute__(name)!r}")
+            if not getattr(self, name) >= 0:
+                raise ConfigError(f"--{name}: expected a time >= 0, got {getattr(self, name)!r}")
 
     @property
     def active(self) -> bool:

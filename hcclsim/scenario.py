@@ -28,8 +28,9 @@ import pandas as pd
 
 from . import collectives as C
 from .algorithm import parse_spec
-from .config import DEFAULT_PRESET, load_topology, read_toml
+from .config import DEFAULT_PRESET, find_toml, load_topology, read_toml
 from .errors import ConfigError, HcclSimError, suggest
+from .execution import LAUNCHES
 from .sweep import parse_engines, size_grid, split_auto
 from .units import parse_dtype, parse_size, parse_time
 
@@ -42,7 +43,6 @@ SWEEP_KEYS = COMMON_KEYS | {"collective", "collectives", "algorithm", "algorithm
 REPLAY_KEYS = COMMON_KEYS | {"algorithm", "algorithms", "ops"}
 OP_KEYS = {"collective", "size", "count", "label", "dtype"}
 PLOT_KEYS = {"metric", "collectives", "algorithms"}
-LAUNCHES = ("host", "device")
 EXECUTION_KEYS = ("iters", "skew", "jitter", "seed")    # passed through to run_sweep as given
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 AUTO, BEST_FIXED = "auto", "best_fixed"
@@ -107,16 +107,7 @@ def scenario_files() -> dict:
 
 def locate(ref: str):
     """A TOML path or a scenario name (scenarios/NAME.toml) -> (name, label for messages, file)."""
-    path = Path(ref)
-    if ref.endswith(".toml") or "/" in ref or path.exists():
-        if not path.is_file():
-            raise ConfigError(f"run: no such file {ref!r}")
-        return path.stem, str(path), path
-    files = scenario_files()
-    if ref not in files:
-        raise ConfigError(f"run: unknown scenario {ref!r}{suggest(ref, files)}; expected a .toml file or one of: "
-                          f"{', '.join(files) or '(none found)'}")
-    return ref, f"scenarios/{ref}.toml", files[ref]
+    return find_toml(ref, "run", scenario_files, "scenario", "scenarios/{}.toml")
 
 
 # ------------------------------------------------------------------------------------ checking

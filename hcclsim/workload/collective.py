@@ -26,13 +26,14 @@ from .. import collectives as C
 from ..algorithm import Problem, parse_spec
 from ..api import run_sweep
 from ..engine.analytic import max_transfer_bytes
+from ..execution import PERCENTILE_COLUMNS
 from ..expand import expand
 from ..schedule import F_KIND, PUT_REDUCE
 from ..topology import Topology
 from ..units import DTYPE_SIZE, parse_dtype
 from .ops import CollectiveCost
 
-PERCENTILES = ("p50", "p75", "p95", "min", "max")
+PERCENTILES = tuple(c.removeprefix("time_us_") for c in PERCENTILE_COLUMNS)   # p50, p75, p95, min, max
 
 
 def schedule_traffic(topology: Topology, collective: str, algorithm: str, size: int, dtype: str = "float32") -> float:

@@ -15,7 +15,10 @@ import pandas as pd
 from .. import collectives as C
 from ..config import DEFAULT_PRESET, _bool, _choice, load_topology
 from ..errors import ConfigError, HcclSimError, suggest
+from ..execution import LAUNCHES
+from ..params import EXECUTIONS
 from ..scenario import parse_vary, toml_literal, whole_number
+from ..sweep import ENGINES
 from ..units import DTYPE_SIZE, parse_dtype, parse_size, parse_time
 from .collective import PERCENTILES, CollectiveTimer
 from .fluid import simulate
@@ -65,12 +68,12 @@ def _algorithm(v, where):
 
 # Parameters: (parser, default). May be given in the section or a variant; a list sweeps its values.
 SHARED = {
-    "engine": (_choice(("analytic", "packet"), "value"), "analytic"),
+    "engine": (_choice(tuple(ENGINES), "value"), "analytic"),
     "algorithm": (_algorithm, "auto"),
-    "execution": (_choice(("offload", "sm"), "value"), None),       # None: the topology's [endpoint] execution
+    "execution": (_choice(EXECUTIONS, "value"), None),       # None: the topology's [endpoint] execution
     "sm_share": (_share, None),                            # None: the topology's [endpoint] sm_share
     "gemm_tile": (whole_number(0), 0),
-    "launch": (_choice(("host", "device"), "value"), "host"),
+    "launch": (_choice(LAUNCHES, "value"), "host"),
     "skew": (_time, 0),
     "jitter": (_time, 0),
 }
