@@ -33,8 +33,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hcclsim import collectives as C
-from hcclsim.algorithm import Algorithm, Problem, opt, register
 from hcclsim.schedule import (
     DEP_SHIFT,
     IN,
@@ -50,6 +48,8 @@ from hcclsim.schedule import (
     rank_of,
     rot,
 )
+from hcclsim.schedule import collectives as C
+from hcclsim.schedule.algorithm import Algorithm, Problem, opt, register
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,9 @@ ReduceScatter take 4a + 13/6 S/B, AllReduce 6a + 7/2 S/B).
 
 from __future__ import annotations
 
-from hcclsim import collectives as C
-from hcclsim.algorithm import Algorithm, Problem, register
 from hcclsim.schedule import PUT, PUT_REDUCE, Layout, ScheduleBuilder, const
+from hcclsim.schedule import collectives as C
+from hcclsim.schedule.algorithm import Algorithm, Problem, register
 
 
 @register

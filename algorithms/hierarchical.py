@@ -61,9 +61,9 @@ from hcclsim.algorithms._phases import (
     switch_rs,
 )
 
-from hcclsim import collectives as C
-from hcclsim.algorithm import Algorithm, Problem, auto_chunks, opt, register
 from hcclsim.schedule import IN, OUT, PUT, TMP, Affine, Layout, ScheduleBuilder, const, rot
+from hcclsim.schedule import collectives as C
+from hcclsim.schedule.algorithm import Algorithm, Problem, auto_chunks, opt, register
 
 INTRA = ("auto", "ring", "direct", "in_switch")
 INTER = ("ring", "direct")

@@ -44,8 +44,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hcclsim import collectives as C
-from hcclsim.algorithm import Algorithm, Problem, auto_chunks, opt, register
 from hcclsim.schedule import (
     DEP_ALL,
     DEP_SHIFT,
@@ -64,6 +62,8 @@ from hcclsim.schedule import (
     rot,
     switch_of,
 )
+from hcclsim.schedule import collectives as C
+from hcclsim.schedule.algorithm import Algorithm, Problem, auto_chunks, opt, register
 
 TEMPLATE_BUDGET = 4096     # automatic AllGather / ReduceScatter chunks keep P (N-1) templates under this
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hcclsim import collectives as C
-from hcclsim.algorithm import Algorithm, Problem, auto_chunks, opt, register
 from hcclsim.schedule import OUT, PUT, PUT_REDUCE, Layout, ScheduleBuilder, const, order, rank_of, rot
+from hcclsim.schedule import collectives as C
+from hcclsim.schedule.algorithm import Algorithm, Problem, auto_chunks, opt, register
 
 
 @dataclass(frozen=True)

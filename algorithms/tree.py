@@ -41,9 +41,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hcclsim import collectives as C
-from hcclsim.algorithm import Algorithm, Problem, auto_chunks, opt, register
 from hcclsim.schedule import OUT, PUT, PUT_REDUCE, Layout, ScheduleBuilder, const, order
+from hcclsim.schedule import collectives as C
+from hcclsim.schedule.algorithm import Algorithm, Problem, auto_chunks, opt, register
 
 
 @dataclass(frozen=True)

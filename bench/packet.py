@@ -62,11 +62,11 @@ def run_reference(exe: str, n: int) -> dict:
 
 def problem(n: int, size: int, spec: str = "ring"):
     """(prepared PacketProblem, prepare() seconds) for ring AllReduce of size bytes on n ranks."""
-    from hcclsim import collectives as C
-    from hcclsim.algorithm import Problem, parse_spec
     from hcclsim.engine import packet
-    from hcclsim.params import PacketParams
-    from hcclsim.topology import build_flat
+    from hcclsim.network.params import PacketParams
+    from hcclsim.network.topology import build_flat
+    from hcclsim.schedule import collectives as C
+    from hcclsim.schedule.algorithm import Problem, parse_spec
 
     pp = PacketParams(mtu=MTU, switching="store_and_forward")
     topo = build_flat("ref", "switch", n, BW, LAT, packet=pp)

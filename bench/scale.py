@@ -40,13 +40,13 @@ CHILD_TIMEOUT = 600
 
 
 def flat_topology(n: int):
-    from hcclsim.topology import build_flat
+    from hcclsim.network.topology import build_flat
 
     return build_flat(f"switch{n}", "switch", n, 50e9, 500e-9)
 
 
 def two_tier_topology(n: int):
-    from hcclsim.topology import build_hierarchical
+    from hcclsim.network.topology import build_hierarchical
 
     return build_hierarchical(f"two-tier-{n}", "switch", LOCAL, 400e9, 500e-9, False, "fat_tree", n // LOCAL,
                               50e9, 2e-6)
@@ -57,8 +57,8 @@ FABRICS = {"flat": flat_topology, "two-tier": two_tier_topology}
 
 def _compile(algo_spec: str, topo):
     """(algorithm, problem, sizing, structure key) of a 1 MiB float32 AllReduce on topo."""
-    from hcclsim import collectives as C
-    from hcclsim.algorithm import Problem, parse_spec
+    from hcclsim.schedule import collectives as C
+    from hcclsim.schedule.algorithm import Problem, parse_spec
 
     algo = parse_spec(algo_spec)
     problem = Problem(C.ALL_REDUCE, topo)
@@ -68,7 +68,7 @@ def _compile(algo_spec: str, topo):
 
 def symmetric_path(schedule, topo) -> bool:
     """Whether analytic.run takes the one-instance path for this schedule on this topology."""
-    from hcclsim.symmetry import equivariant, link_orbits
+    from hcclsim.schedule.symmetry import equivariant, link_orbits
 
     return bool(equivariant(schedule)) and link_orbits(topo, schedule.shape) is not None
 
@@ -76,8 +76,8 @@ def symmetric_path(schedule, topo) -> bool:
 def two_tier_algorithm() -> tuple[str | None, str]:
     """(name, why) of an AllReduce algorithm built for the two tiers: its schedule is equivariant on the
     (domains, ranks per domain) grid, so the engine can take the symmetric path if the fabric allows."""
-    from hcclsim.algorithm import load_all
-    from hcclsim.symmetry import equivariant
+    from hcclsim.schedule.algorithm import load_all
+    from hcclsim.schedule.symmetry import equivariant
 
     reg = load_all()
     forced = os.environ.get("BENCH_TWO_TIER_ALGO")

@@ -1,4 +1,4 @@
-"""Throughput: points per second of ``hcclsim.sweep.sweep`` on the switch8 preset.
+"""Throughput: points per second of ``hcclsim.sweeping.sweep.sweep`` on the switch8 preset.
 
 For every registered algorithm (found at run time with ``load_all``) and every collective it
 implements that can run on switch8, one call of ``sweep`` over the sizes 8 B .. 1 GiB, factor 2
@@ -18,8 +18,8 @@ MAX_CALLS = 50
 
 
 def bench_one(topo, coll: str, algo: str, sizes: list[int]) -> dict:
-    from hcclsim.algorithm import Problem, parse_spec
-    from hcclsim.sweep import sweep
+    from hcclsim.schedule.algorithm import Problem, parse_spec
+    from hcclsim.sweeping.sweep import sweep
 
     why = parse_spec(algo).unsupported(Problem(coll, topo))
     if why:
@@ -40,14 +40,14 @@ def bench_one(topo, coll: str, algo: str, sizes: list[int]) -> dict:
 
 
 def main(argv=()) -> int:
-    from hcclsim import collectives as C
-    from hcclsim.algorithm import load_all
-    from hcclsim.config import load_topology
-    from hcclsim.sweep import size_grid
+    from hcclsim.network.config import load_topology
+    from hcclsim.schedule import collectives as C
+    from hcclsim.schedule.algorithm import load_all
+    from hcclsim.sweeping.sweep import size_grid
 
     topo = load_topology("switch8")
     sizes = size_grid(8, 1 << 30, 2)
-    title(f"throughput: hcclsim.sweep.sweep on switch8, -b 8 -e 1G -f 2 ({len(sizes)} sizes), best call")
+    title(f"throughput: hcclsim.sweeping.sweep.sweep on switch8, -b 8 -e 1G -f 2 ({len(sizes)} sizes), best call")
     rows, total_pts, total_s = [], 0, 0.0
     skipped: dict[str, list[str]] = {}          # reason -> 'algorithm collective'...
     for name, cls in sorted(load_all().items()):

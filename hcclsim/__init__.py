@@ -1,4 +1,4 @@
-"""hccl-bench: collective-communication benchmarks on a simulator (see DESIGN.md).
+"""hccl-bench: collective-communication benchmarks on a simulator (DESIGN.md, docs/architecture.md).
 
 The Python API (docs/api.md), imported on first use so `import hcclsim` stays light:
 
@@ -7,26 +7,26 @@ The Python API (docs/api.md), imported on first use so `import hcclsim` stays li
     hcclsim.load_topology(...)  -> Topology (a preset or TOML file, with overrides)
     hcclsim.read_results(path)  -> DataFrame of a results file, metadata in attrs["provenance"]
     hcclsim.write_results(df, path)
-
-hcclsim.sweep and hcclsim.tune are also modules; they are callable (hcclsim._callable).
 """
 
-__version__ = "0.1.0"
+from .core import aliases as _aliases
+from .core.version import __version__
 
-_API = {"run_sweep": "run_sweep", "run_tune": "run_tune", "load_topology": "load_topology",
-        "read_results": "read_results", "write_results": "write_results"}
-_CALLABLE_MODULES = ("sweep", "tune")
+_API = {"sweep": "run_sweep", "tune": "run_tune", "run_sweep": "run_sweep", "run_tune": "run_tune",
+        "load_topology": "load_topology", "read_results": "read_results", "write_results": "write_results"}
+
+_aliases.install()
 
 
 def __getattr__(name: str):
     if name in _API:
         from . import api
         return getattr(api, _API[name])
-    if name in _CALLABLE_MODULES:
-        import importlib
-        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted([*globals(), *_API, *_CALLABLE_MODULES])
+    return sorted([*globals(), *_API])
+
+
+__all__ = ["__version__", "load_topology", "read_results", "run_sweep", "run_tune", "sweep", "tune", "write_results"]

@@ -5,29 +5,26 @@
                          b="1K", e="1G", f=4)
     ranges = hcclsim.tune(topology="dgx-h100", collective="all_reduce")
 
-`hcclsim.sweep` and `hcclsim.tune` are also the names of the modules hcclsim/sweep.py and hcclsim/tune.py;
-those modules are callable (hcclsim._callable), so `hcclsim.sweep(...)` calls run_sweep whichever was
-imported first, and `from hcclsim.sweep import sweep` still gives the core function. run_sweep and run_tune
-are the same functions under names that clash with nothing.
+`hcclsim.sweep` and `hcclsim.tune` are run_sweep and run_tune (hcclsim/__init__.py).
 
-Every returned frame carries its provenance (hcclsim.provenance.metadata) in ``df.attrs["provenance"]``
-and the skipped algorithms in ``df.attrs["skipped"]``; write_results writes a frame as `sweep -o` does.
+Every returned frame carries its provenance (hcclsim.results.provenance.metadata) in
+``df.attrs["provenance"]`` and the skipped algorithms in ``df.attrs["skipped"]``; write_results writes a frame as `sweep -o` does.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from . import collectives as C
-from .config import DEFAULT_PRESET, load_topology
-from .errors import ConfigError
-from .execution import Noise
-from .executors import open_executor
-from .provenance import metadata
-from .sweep import size_grid
-from .sweep import sweep as _core_sweep
-from .topology import Topology
-from .units import parse_size, parse_time
+from .core.errors import ConfigError
+from .core.units import parse_size, parse_time
+from .engine.execution import Noise
+from .network.config import DEFAULT_PRESET, load_topology
+from .network.topology import Topology
+from .results.provenance import metadata
+from .schedule import collectives as C
+from .sweeping.executors import open_executor
+from .sweeping.sweep import size_grid
+from .sweeping.sweep import sweep as _core_sweep
 
 __all__ = ["load_topology", "read_results", "run_sweep", "run_tune", "write_results"]
 
@@ -99,9 +96,9 @@ def run_sweep(topology=DEFAULT_PRESET, collective=C.ALL_REDUCE, algorithm: str =
 
 def run_tune(topology=DEFAULT_PRESET, collective=C.ALL_REDUCE, sizes=None, *, b=None, e=None, f=None,
              dtype: str = "float32", engine: str = "analytic", overrides=()) -> pd.DataFrame:
-    """`hccl-bench tune` as a function: the fastest algorithm per size range (hcclsim.tune.size_ranges),
+    """`hccl-bench tune` as a function: the fastest algorithm per size range (hcclsim.analysis.tune.size_ranges),
     over every applicable algorithm; sizes default to b=8, e=1G, f=2 as in the command."""
-    from .tune import size_ranges
+    from .analysis.tune import size_ranges
 
     if sizes is None:
         b, e, f = (8 if b is None else b), ("1G" if e is None else e), (2 if f is None else f)
@@ -118,7 +115,7 @@ def read_results(path) -> pd.DataFrame:
     schema_version is refused with what to do."""
     from pathlib import Path
 
-    from .provenance import read_metadata, results_document
+    from .results.provenance import read_metadata, results_document
 
     p = Path(path)
     if not p.is_file():
@@ -139,8 +136,8 @@ def read_results(path) -> pd.DataFrame:
 
 def write_results(df: pd.DataFrame, path) -> None:
     """Write a frame from run_sweep/run_tune as `-o` does, with its provenance (embedded or a sidecar)."""
-    from .report import write
-    from .tune import json_safe
+    from .analysis.tune import json_safe
+    from .results.report import write
 
     out = json_safe(df) if str(path).lower().endswith(".json") and "margin" in df.columns else df
     write(out, str(path), df.attrs.get("provenance"))

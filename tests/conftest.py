@@ -1,6 +1,6 @@
 import pytest
 
-from hcclsim.topology import build_flat
+from hcclsim.network.topology import build_flat
 
 
 @pytest.fixture

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from hcclsim import collectives as C
-from hcclsim.algorithm import Problem, parse_spec
 from hcclsim.engine import analytic
+from hcclsim.schedule import collectives as C
+from hcclsim.schedule.algorithm import Problem, parse_spec
 
 
 def compile_for(spec: str, collective: str, topo, size: int = 1 << 20, dtype_size: int = 4, root: int = 0):

@@ -9,9 +9,9 @@ import pytest
 from helpers import assert_one_line_error
 from helpers import run_cli as run
 
-from hcclsim.config import load_topology
-from hcclsim.nccltests import collective_of, read
-from hcclsim.sweep import sweep
+from hcclsim.network.config import load_topology
+from hcclsim.results.nccltests import collective_of, read
+from hcclsim.sweeping.sweep import sweep
 
 DATA = Path(__file__).parent / "data"
 SAMPLE = DATA / "nccl-tests-all_reduce-synthetic.txt"
@@ -54,7 +54,7 @@ def nccl_tests_text(times, program="all_reduce_perf", nranks=8, dtype="float"):
 def fitted(toml_path, tier=None):
     top = tomllib.loads(Path(toml_path).read_text())["topology"]
     table = top[tier] if tier else top
-    from hcclsim.units import parse_bandwidth, parse_time
+    from hcclsim.core.units import parse_bandwidth, parse_time
     return parse_time(table["latency"]), parse_bandwidth(table["bandwidth"])
 
 
@@ -161,7 +161,9 @@ def test_two_tier_fits_the_exercised_tier(capsys, tmp_path):
 
 
 def test_fit_is_exact_on_model_generated_data(tmp_path):
-    from hcclsim import calibrate, config, nccltests
+    from hcclsim.analysis import calibrate
+    from hcclsim.network import config
+    from hcclsim.results import nccltests
     name, label, doc = config.resolve("switch8")
     truth = load_topology("switch8", ["latency=700ns", "bandwidth=80GB/s"])
     rows = sweep(truth, ["all_reduce"], "ring", SIZES).rows

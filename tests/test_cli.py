@@ -11,10 +11,10 @@ from click.testing import CliRunner
 from helpers import assert_one_line_error
 from helpers import run_cli as run
 
-import hcclsim.commands.sweep as sweep_module
+import hcclsim.cli.sweep as sweep_module
 from hcclsim.cli import cli
-from hcclsim.config import ENDPOINT_KEYS, FLAT_KEYS, HIER_KEYS, OUT_KEYS, UP_KEYS, load_topology
-from hcclsim.sweep import COLUMNS, STAT_COLUMNS, sweep
+from hcclsim.network.config import ENDPOINT_KEYS, FLAT_KEYS, HIER_KEYS, OUT_KEYS, UP_KEYS, load_topology
+from hcclsim.sweeping.sweep import COLUMNS, STAT_COLUMNS, sweep
 
 HEADER = "collective,algorithm,topology,ranks,engine,size_bytes,count,dtype,root,time_us,algbw_GBps,busbw_GBps"
 # sweep -t switch8 -a ring -e 4K -f 16: sizes 16, 256, 4096 (default -b 16).
@@ -256,7 +256,7 @@ def test_topologies_lists_presets(capsys):
 def test_topologies_name_prints_the_toml(capsys):
     import tomllib
 
-    from hcclsim.config import preset_dir
+    from hcclsim.network.config import preset_dir
     status, out, err = run(capsys, "topologies", "switch8")
     assert (status, err) == (0, "")
     assert out == (preset_dir() / "switch8.toml").read_text(encoding="utf-8")

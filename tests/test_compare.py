@@ -11,9 +11,10 @@ import pytest
 from click.testing import CliRunner
 from helpers import run_cli as run
 
-from hcclsim import gate
+from hcclsim.analysis import gate
 from hcclsim.cli import cli
-from hcclsim.sweep import COLUMNS
+from hcclsim.results import read as results_read
+from hcclsim.sweeping.sweep import COLUMNS
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = ROOT / "results" / "baselines" / "switch8-allreduce.csv"
@@ -210,7 +211,7 @@ def test_rows_in_one_file_are_reported_and_fail_only_when_strict(capsys, base, t
 
 def test_only_the_first_few_unmatched_rows_are_listed():
     many = pd.concat([rows().assign(size_bytes=rows().size_bytes + k) for k in range(3)])
-    c = gate.compare(gate._normalise(many, "b"), gate._normalise(rows(), "c"))
+    c = gate.compare(results_read._normalise(many, "b"), results_read._normalise(rows(), "c"))
     (line,) = gate.only_in_lines(c)
     assert line.startswith("12 rows only in BASELINE") and line.endswith("; and 7 more")
 

@@ -7,9 +7,9 @@ import textwrap
 import numpy as np
 import pytest
 
-from hcclsim.config import load_topology, preset_names, source_text
-from hcclsim.errors import ConfigError, TopologyError
-from hcclsim.topology import build_flat, build_hierarchical, check_connected
+from hcclsim.core.errors import ConfigError, TopologyError
+from hcclsim.network.config import load_topology, preset_names, source_text
+from hcclsim.network.topology import build_flat, build_hierarchical, check_connected
 
 # The issue's schemas, exactly as written (comments included).
 FLAT = """\
@@ -487,7 +487,7 @@ def test_a_rank_that_cannot_send_is_a_topology_error(switch8):
 
 
 def test_spines_spread_flows_between_leaves_by_a_deterministic_hash():
-    from hcclsim.config import load_topology
+    from hcclsim.network.config import load_topology
     one = load_topology("two-tier-128", ["scale_out.leaf_size=32"])
     four = load_topology("two-tier-128", ["scale_out.leaf_size=32", "scale_out.spines=4"])
     assert four.nlinks == one.nlinks + 2 * 4 * 3                  # 4 leaves: 3 more uplinks and downlinks each

@@ -2,11 +2,11 @@ import numpy as np
 import pytest
 from helpers import busbw, compile_for, counts_to_check, time_of
 
-from hcclsim.algorithm import ALGORITHMS, Problem, load_all, parse_spec
-from hcclsim.checker import check
 from hcclsim.engine import analytic
-from hcclsim.symmetry import equivariant, link_orbits
-from hcclsim.topology import build_flat
+from hcclsim.network.topology import build_flat
+from hcclsim.schedule.algorithm import ALGORITHMS, Problem, load_all, parse_spec
+from hcclsim.schedule.checker import check
+from hcclsim.schedule.symmetry import equivariant, link_orbits
 
 # (spec, collective) for every variant the three names offer
 VARIANTS = [("direct", "all_gather"), ("direct", "reduce_scatter"), ("direct", "all_to_all"),

@@ -1,4 +1,4 @@
-"""The execution model (hcclsim.execution, docs/execution.md): launch, compiled-collective costs, protocol,
+"""The execution model (hcclsim.engine.execution, docs/execution.md): launch, compiled-collective costs, protocol,
 offload vs SM reduction, and noisy iterations (skew, jitter, percentiles)."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ import pytest
 from helpers import assert_one_line_error, compile_for, run_cli
 
 from hcclsim import api
-from hcclsim import collectives as C
-from hcclsim.config import load_topology
 from hcclsim.engine import analytic, packet
-from hcclsim.execution import PERCENTILE_COLUMNS, QUIET, Noise, channels, device_topology
-from hcclsim.execution import run as run_exec
-from hcclsim.params import Endpoint
-from hcclsim.topology import build_flat
+from hcclsim.engine.execution import PERCENTILE_COLUMNS, QUIET, Noise, channels, device_topology
+from hcclsim.engine.execution import run as run_exec
+from hcclsim.network.config import load_topology
+from hcclsim.network.params import Endpoint
+from hcclsim.network.topology import build_flat
+from hcclsim.schedule import collectives as C
 
 MIB = 1 << 20
 N, B, ALPHA = 8, 50e9, 1e-6          # 8 ranks on one switch, 50 GB/s, 0.5 us per hop = 1 us per path

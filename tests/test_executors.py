@@ -16,10 +16,10 @@ from helpers import assert_one_line_error
 from helpers import run_cli as run
 
 import hcclsim
-import hcclsim.commands._long as long_module
-from hcclsim import executors
-from hcclsim.errors import ConfigError
-from hcclsim.incremental import RowWriter
+import hcclsim.cli._long as long_module
+from hcclsim.core.errors import ConfigError
+from hcclsim.results.incremental import RowWriter
+from hcclsim.sweeping import executors
 
 # switch8, two collectives, every algorithm and auto, both engines, 16 B .. 64 KiB by 4: a dozen blocks, 7 sizes
 SWEEP = ["sweep", "-t", "switch8", "-c", "all_reduce,reduce_scatter", "-a", "all,auto", "--engine",
@@ -223,11 +223,11 @@ def test_workers_must_run_this_hccl_bench(capsys, monkeypatch):
 FORK_CHECK = """
 import threading
 import pandas as pd
-from hcclsim import executors
-import hcclsim.commands._long as long_module
-from hcclsim.commands._long import _Progress
-from hcclsim.config import load_topology
-from hcclsim.sweep import size_grid, sweep
+from hcclsim.sweeping import executors
+import hcclsim.cli._long as long_module
+from hcclsim.cli._long import _Progress
+from hcclsim.network.config import load_topology
+from hcclsim.sweeping.sweep import size_grid, sweep
 
 assert executors._can_fork()
 stop = threading.Event()

@@ -3,8 +3,8 @@ from itertools import pairwise
 import pytest
 from helpers import busbw, compile_for, counts_to_check, time_of
 
-from hcclsim.checker import check
-from hcclsim.topology import build_flat
+from hcclsim.network.topology import build_flat
+from hcclsim.schedule.checker import check
 
 B, LAT = 50e9, 500e-9
 ALPHA = 2 * LAT                                   # one switch = two link hops

@@ -2,13 +2,13 @@ import numpy as np
 import pytest
 from helpers import busbw, compile_for, time_of
 
-from hcclsim import collectives as C
-from hcclsim.algorithm import Problem, parse_spec
-from hcclsim.checker import check
+from hcclsim.core.errors import ConfigError
 from hcclsim.engine import analytic
-from hcclsim.errors import ConfigError
-from hcclsim.symmetry import equivariant, link_orbits
-from hcclsim.topology import build_flat, build_hierarchical
+from hcclsim.network.topology import build_flat, build_hierarchical
+from hcclsim.schedule import collectives as C
+from hcclsim.schedule.algorithm import Problem, parse_spec
+from hcclsim.schedule.checker import check
+from hcclsim.schedule.symmetry import equivariant, link_orbits
 
 COLLS = ["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce"]
 INTRA = ["auto", "ring", "direct", "in_switch"]

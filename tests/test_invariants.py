@@ -10,11 +10,11 @@ import dataclasses
 import numpy as np
 import pytest
 
-from hcclsim import collectives as C
-from hcclsim.algorithm import Problem, load_all, parse_spec
-from hcclsim.checker import check
 from hcclsim.engine import analytic
-from hcclsim.topology import build_flat, build_hierarchical
+from hcclsim.network.topology import build_flat, build_hierarchical
+from hcclsim.schedule import collectives as C
+from hcclsim.schedule.algorithm import Problem, load_all, parse_spec
+from hcclsim.schedule.checker import check
 
 SIZES = [0, 4, 1000, 1 << 12, 1 << 16, 1 << 20, 1 << 24, 1 << 28]
 

@@ -13,13 +13,13 @@ import pandas as pd
 import pytest
 from helpers import run_cli as run
 
-import hcclsim.commands._long as long_module
-import hcclsim.sweep as sweep_lib
-from hcclsim import collectives as C
-from hcclsim import executors
-from hcclsim.config import load_topology
-from hcclsim.incremental import RowWriter, sidecar
-from hcclsim.sweep import size_grid, sweep
+import hcclsim.cli._long as long_module
+import hcclsim.sweeping.sweep as sweep_lib
+from hcclsim.network.config import load_topology
+from hcclsim.results.incremental import RowWriter, sidecar
+from hcclsim.schedule import collectives as C
+from hcclsim.sweeping import executors
+from hcclsim.sweeping.sweep import size_grid, sweep
 
 # switch8, two collectives, every algorithm, 16 B .. 64 KiB by 4: 7 sizes, a dozen blocks
 SWEEP = ["sweep", "-t", "switch8", "-c", "all_reduce,all_gather", "-e", "64K", "-f", "4", "-j", "1", "-q"]

@@ -21,7 +21,7 @@ def installed(tmp_path_factory):
 def test_wheel_install_runs_from_another_directory(installed, tmp_path):
     env = {**os.environ, "PYTHONPATH": str(installed)}
     code = ("import hcclsim, hcclsim.algorithms, hcclsim.topologies, sys; "
-            "from hcclsim.config import preset_names; from hcclsim.algorithm import load_all; "
+            "from hcclsim.network.config import preset_names; from hcclsim.schedule.algorithm import load_all; "
             "assert str(hcclsim.__file__).startswith(sys.argv[1]), hcclsim.__file__; "
             "print(len(preset_names()) > 0, 'ring' in load_all().names())")
     out = subprocess.run([sys.executable, "-c", code, str(installed)], env=env, cwd=tmp_path, check=True,

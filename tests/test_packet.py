@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from helpers import compile_for
 
-from hcclsim import collectives as C
 from hcclsim.cli import main
+from hcclsim.core.errors import ConfigError
 from hcclsim.engine import analytic, packet
-from hcclsim.errors import ConfigError
-from hcclsim.params import Endpoint, PacketParams
-from hcclsim.topology import build_flat, build_hierarchical
+from hcclsim.network.params import Endpoint, PacketParams
+from hcclsim.network.topology import build_flat, build_hierarchical
+from hcclsim.schedule import collectives as C
 
 MIB = 1 << 20
 
@@ -197,8 +197,8 @@ def test_concurrent_collectives_slow_each_other_only_where_they_share_links():
                                     "mtia300-rack"])
 def test_every_preset_and_algorithm_runs_on_the_packet_engine(preset):
     """Small sizes, every algorithm: multi-hop paths through ranks (torus), two tiers, in-switch jobs."""
-    from hcclsim.config import load_topology
-    from hcclsim.sweep import sweep
+    from hcclsim.network.config import load_topology
+    from hcclsim.sweeping.sweep import sweep
 
     rows = sweep(load_topology(preset), ["all_reduce", "all_gather"], "all", [4096],
                  engine="analytic,packet").rows

@@ -1,4 +1,4 @@
-"""`hccl-bench plot` (hcclsim/plot.py): PNG and SVG from sweep output, --by file, one-line errors, no matplotlib."""
+"""`hccl-bench plot` (hcclsim/results/plot.py): PNG and SVG from sweep output, --by file, one-line errors, no matplotlib."""
 
 import builtins
 import json
@@ -9,8 +9,8 @@ import pytest
 from helpers import assert_one_line_error
 from helpers import run_cli as run
 
-from hcclsim import plot as P
 from hcclsim.cli import main
+from hcclsim.results import plot as P
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 ALGOS = ("ring", "tree")

@@ -1,4 +1,4 @@
-"""Provenance of results files (hcclsim.provenance), the schema-version refusal, and the Python API
+"""Provenance of results files (hcclsim.results.provenance), the schema-version refusal, and the Python API
 (hcclsim.api, docs/api.md: its example runs here)."""
 
 import json
@@ -13,9 +13,9 @@ import pytest
 from helpers import run_cli as run
 
 import hcclsim
-from hcclsim import provenance
-from hcclsim.config import ENDPOINT_KEYS, load_topology
-from hcclsim.errors import ConfigError
+from hcclsim.core.errors import ConfigError
+from hcclsim.network.config import ENDPOINT_KEYS, load_topology
+from hcclsim.results import provenance
 
 ROOT = Path(__file__).resolve().parents[1]
 SWEEP = ["sweep", "-t", "switch8", "-a", "ring", "-e", "4K", "-f", "16"]
@@ -180,21 +180,24 @@ def test_import_is_light():
 
 
 @pytest.mark.parametrize("first", ["attribute", "from_import"])
-def test_sweep_and_tune_are_callable_whatever_was_imported_first(first):
-    """In a fresh interpreter: `from hcclsim.sweep import sweep` before or after `hcclsim.sweep(...)`."""
-    pre = "from hcclsim.sweep import sweep, size_grid; " if first == "from_import" else ""
+def test_sweep_and_tune_are_functions_whatever_was_imported_first(first):
+    """In a fresh interpreter: importing the sweep and tune stages before or after `hcclsim.sweep(...)`
+    leaves hcclsim.sweep and hcclsim.tune the API functions."""
+    pre = ("from hcclsim.sweeping.sweep import sweep, size_grid; from hcclsim.analysis import tune; "
+           if first == "from_import" else "")
     code = (f"{pre}import hcclsim; "
             "df = hcclsim.sweep(topology='switch8', algorithm='ring', sizes=[16]); "
-            "from hcclsim.sweep import sweep, SweepResult; from hcclsim.tune import size_ranges; "
+            "from hcclsim.sweeping.sweep import sweep, SweepResult; from hcclsim.analysis.tune import size_ranges; "
             "r = hcclsim.tune(topology='switch8', sizes=[16, 1024]); "
             "assert isinstance(sweep(hcclsim.load_topology('switch8'), ['all_reduce'], 'ring', [16]), SweepResult); "
-            "print(len(df), list(r.columns[:2]), hcclsim.run_sweep is hcclsim.api.run_sweep)")
+            "print(len(df), list(r.columns[:2]), hcclsim.sweep is hcclsim.run_sweep is hcclsim.api.run_sweep, "
+            "hcclsim.tune is hcclsim.api.run_tune)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "1 ['collective', 'min_size_bytes'] True"
+    assert out.strip() == "1 ['collective', 'min_size_bytes'] True True"
 
 
 def test_api_sweep_matches_the_core_sweep():
-    from hcclsim.sweep import sweep as core
+    from hcclsim.sweeping.sweep import sweep as core
     want = core(load_topology("switch8"), ["all_reduce", "all_gather"], "ring,direct", [64, 1 << 20]).rows
     got = hcclsim.sweep(topology="switch8", collective="all_reduce,all_gather", algorithm="ring,direct",
                         sizes=["64", "1M"])

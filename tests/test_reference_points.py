@@ -2,8 +2,8 @@
 
 import pytest
 
-from hcclsim.config import load_topology
-from hcclsim.sweep import sweep
+from hcclsim.network.config import load_topology
+from hcclsim.sweeping.sweep import sweep
 
 GIB = 1 << 30
 

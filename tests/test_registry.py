@@ -5,10 +5,10 @@ import types
 
 import pytest
 
-from hcclsim import algorithm as A
-from hcclsim import collectives as C
-from hcclsim.errors import ConfigError
-from hcclsim.registry import Registry
+from hcclsim.core.errors import ConfigError
+from hcclsim.core.registry import Registry
+from hcclsim.schedule import algorithm as A
+from hcclsim.schedule import collectives as C
 
 
 def test_registering_a_name_twice_is_an_error():

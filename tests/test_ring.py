@@ -2,10 +2,10 @@ import numpy as np
 import pytest
 from helpers import busbw, compile_for, counts_to_check, time_of
 
-from hcclsim import collectives as C
-from hcclsim.checker import check
 from hcclsim.engine import analytic
-from hcclsim.topology import build_flat
+from hcclsim.network.topology import build_flat
+from hcclsim.schedule import collectives as C
+from hcclsim.schedule.checker import check
 
 RING_COLLS = ["all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce"]
 

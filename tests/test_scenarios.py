@@ -1,4 +1,4 @@
-"""`hccl-bench run` (hcclsim/scenario.py, hcclsim/commands/run.py): every scenario runs, tables and provenance,
+"""`hccl-bench run` (hcclsim/studies/scenario.py, hcclsim/cli/run.py): every scenario runs, tables and provenance,
 --list, -o, one-line errors, and what the studies must show."""
 
 import json
@@ -12,9 +12,9 @@ import pytest
 from helpers import assert_one_line_error
 from helpers import run_cli as run
 
-from hcclsim import scenario as S
-from hcclsim import study as R
-from hcclsim.config import load_topology
+from hcclsim.network.config import load_topology
+from hcclsim.studies import scenario as S
+from hcclsim.studies import study as R
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((ROOT / "scenarios").glob("*.toml"))
@@ -202,13 +202,13 @@ def test_an_installed_package_finds_the_scenarios_by_name(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
                     "--target", str(target), str(ROOT)], check=True, capture_output=True, cwd=tmp_path)
     env = {**os.environ, "PYTHONPATH": str(target)}
-    code = ("import sys; from hcclsim import scenario as S; f = S.scenario_files(); "
+    code = ("import sys; from hcclsim.studies import scenario as S; f = S.scenario_files(); "
             "assert all(str(p).startswith(sys.argv[1]) for p in f.values()), f; print(' '.join(sorted(f)))")
     out = subprocess.run([sys.executable, "-c", code, str(target)], env=env, cwd=tmp_path, check=True,
                          capture_output=True, text=True)
     assert set(out.stdout.split()) == {p.stem for p in SCENARIOS}
     assert not (target / "scenarios").exists()            # installed as hcclsim/scenarios, not a bare package
-    # a workload study runs from the installed copy (hcclsim.workload and hcclsim.study are packaged)
+    # a workload study runs from the installed copy (hcclsim.studies.workload and hcclsim.studies.study are packaged)
     run_ = subprocess.run([sys.executable, "-c", "from hcclsim.cli import main; raise SystemExit(main())", "run",
                            "hccl-gemm-overlap", "-o", str(tmp_path / "out"), "-q"], env=env, cwd=tmp_path,
                           capture_output=True, text=True, check=False)
@@ -217,7 +217,7 @@ def test_an_installed_package_finds_the_scenarios_by_name(tmp_path):
 
 
 def test_a_workload_figure_groups_bars_by_case_and_swept_values(monkeypatch, tmp_path):
-    from hcclsim import plot
+    from hcclsim.results import plot
 
     drawn = {}
     monkeypatch.setattr(plot, "draw_bars", lambda table, out, ylabel, title: drawn.update(table=table, ylabel=ylabel))

@@ -4,10 +4,10 @@ import pytest
 from hcclsim.algorithms.tree import dtree_parents
 from helpers import busbw, compile_for, counts_to_check, time_of
 
-from hcclsim import collectives as C
-from hcclsim.algorithm import Problem, parse_spec
-from hcclsim.checker import check
-from hcclsim.topology import build_flat
+from hcclsim.network.topology import build_flat
+from hcclsim.schedule import collectives as C
+from hcclsim.schedule.algorithm import Problem, parse_spec
+from hcclsim.schedule.checker import check
 
 B, LAT = 50e9, 500e-9
 

@@ -10,12 +10,13 @@ import pytest
 from click.testing import CliRunner
 from helpers import run_cli as run
 
-import hcclsim.commands.tune as tune_module
+import hcclsim.cli.tune as tune_module
+from hcclsim.analysis.tune import TUNE_COLUMNS, size_ranges
 from hcclsim.cli import cli
-from hcclsim.collectives import COLLECTIVES
-from hcclsim.config import load_topology
-from hcclsim.sweep import COLUMNS, size_grid, sweep
-from hcclsim.tune import TUNE_COLUMNS, best_per_size, size_ranges
+from hcclsim.network.config import load_topology
+from hcclsim.schedule.collectives import COLLECTIVES
+from hcclsim.sweeping.best import best_per_size
+from hcclsim.sweeping.sweep import COLUMNS, size_grid, sweep
 
 TUNE_HEADER = "collective,min_size_bytes,max_size_bytes,algorithm,runner_up,margin,points,topology,ranks,engine,dtype"
 GIB = 1 << 30

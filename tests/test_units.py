@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hcclsim.errors import ConfigError
-from hcclsim.units import (
+from hcclsim.core.errors import ConfigError
+from hcclsim.core.units import (
     DTYPE_ALIAS,
     DTYPE_SIZE,
     format_bandwidth,

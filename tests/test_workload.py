@@ -1,4 +1,4 @@
-"""hcclsim.workload: the one-rank fluid model (closed forms, invariants), the [[workload]] schema and its
+"""hcclsim.studies.workload: the one-rank fluid model (closed forms, invariants), the [[workload]] schema and its
 errors, and the must-holds of the two overlap studies (scenarios/hccl-gemm-overlap.toml, cais-tp-layer.toml)."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from hcclsim.api import load_topology
-from hcclsim.errors import ConfigError
-from hcclsim.workload import (
+from hcclsim.core.errors import ConfigError
+from hcclsim.studies.workload import (
     CollectiveCost,
     Device,
     Op,
@@ -27,7 +27,7 @@ from hcclsim.workload import (
     time_alone,
     waterfill,
 )
-from hcclsim.workload.patterns import part
+from hcclsim.studies.workload.patterns import part
 from tests.helpers import assert_one_line_error, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..jit import njit
-from ..schedule import (
+from ..core.jit import njit
+from ..network.topology import Topology, route_kernel
+from ..schedule.ir import (
     DEP_COL,
     DEP_ROW,
     DEP_SHIFT,
@@ -38,8 +39,7 @@ from ..schedule import (
     PUT_REDUCE,
     Schedule,
 )
-from ..symmetry import equivariant, link_orbits
-from ..topology import Topology, route_kernel
+from ..schedule.symmetry import equivariant, link_orbits
 
 
 @dataclass(frozen=True)
@@ -323,11 +323,11 @@ def run(schedule: Schedule, topo: Topology, block_elems, dtype_size: int, want_l
         symmetric: bool | None = None, release=None, jitter: float = 0.0, seed: int = 0) -> Timing:
     """Time a schedule on a topology for each block size (elements per block) given.
 
-    symmetric: None picks the one-instance path whenever it is valid (see hcclsim.symmetry);
+    symmetric: None picks the one-instance path whenever it is valid (see hcclsim.schedule.symmetry);
     False forces the general path (tests compare the two). The topology's endpoint gives the
     per-transfer issue overhead and the ranks' reduction bandwidth. release (seconds per rank) and
     jitter (mean seconds of an exponential delay per transfer, drawn from seed) describe one noisy
-    iteration (hcclsim.execution); the time is then measured from the earliest release.
+    iteration (hcclsim.engine.execution); the time is then measured from the earliest release.
     """
     block_elems = np.atleast_1d(np.asarray(block_elems, np.int64))
     ep = topo.endpoint

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..jit import njit
+from ..core.jit import njit
 
 PB = 42                                   # payload bits: (id << 2) | event type
 PMASK = (1 << PB) - 1

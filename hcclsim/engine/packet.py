@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import ConfigError, InternalError
-from ..expand import expand
-from ..jit import njit
-from ..schedule import DATA, F_KIND, F_N, F_NRUN, ORDER, PUT_REDUCE, Schedule
-from ..topology import Topology, route_kernel
+from ..core.errors import ConfigError, InternalError
+from ..core.jit import njit
+from ..network.topology import Topology, route_kernel
+from ..schedule.expand import expand
+from ..schedule.ir import DATA, F_KIND, F_N, F_NRUN, ORDER, PUT_REDUCE, Schedule
 from . import packet_kernel as K
 from .analytic import Timing
 
@@ -286,7 +286,7 @@ def run(schedule: Schedule, topo: Topology, block_elems, dtype_size: int, want_l
 
     release (seconds per rank) and jitter (mean seconds of an exponential delay per rank-issued
     transfer, drawn from seed; the same draws at every size) describe one noisy iteration
-    (hcclsim.execution); the time then runs from the earliest release."""
+    (hcclsim.engine.execution); the time then runs from the earliest release."""
     block_elems = np.atleast_1d(np.asarray(block_elems, np.int64))
     times = np.zeros(len(block_elems))
     stats = {name: np.zeros(len(block_elems)) for name in STAT_NAMES}

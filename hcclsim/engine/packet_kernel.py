@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..jit import njit
+from ..core.jit import njit
 from .calendar import PB, PMASK, U, _heap_pop, _qsort, _queue, _room
 
 EV_TX_DONE, EV_ARRIVE, EV_START, EV_REDUCED = 0, 1, 2, 3

@@ -1,0 +1,44 @@
+"""Options shared by the commands that sweep sizes on a topology (sweep, tune)."""
+
+from __future__ import annotations
+
+import click
+
+from ..core.errors import ConfigError
+from ..core.units import DTYPE_SIZE, parse_size
+from ..network.config import DEFAULT_PRESET
+
+
+class SizeType(click.ParamType):
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        try:
+            return parse_size(value, where=f"{param.opts[-1]}")
+        except ConfigError as e:
+            self.fail(str(e).split(": ", 1)[-1], param, ctx)
+
+
+def grid_options(minbytes: str, factor: int):
+    """-t/--topology, --set, -b/-e/-f (nccl-tests' size grid) and -d/--dtype, with these defaults."""
+    options = [
+        click.option("-t", "--topology", default=DEFAULT_PRESET, show_default=True, metavar="PRESET|FILE.toml",
+                     help="A built-in preset (see `hccl-bench topologies`) or a TOML file."),
+        click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE",
+                     help="Override a topology key, e.g. --set bandwidth=100GB/s or --set scale_out.domains=64 "
+                          "(repeatable)."),
+        click.option("-b", "--b", "--minbytes", "minbytes", type=SizeType(), default=minbytes, show_default=True,
+                     help="Smallest size (8, 64K, 1M, 1G; K = 1024)."),
+        click.option("-e", "--e", "--maxbytes", "maxbytes", type=SizeType(), default="1G", show_default=True,
+                     help="Largest size."),
+        click.option("-f", "--f", "--stepfactor", "factor", type=int, default=factor, show_default=True,
+                     help="Multiply the size by this factor from -b to -e."),
+        click.option("-d", "--dtype", default="float32", show_default=True,
+                     help=f"Element type: {', '.join(DTYPE_SIZE)}."),
+    ]
+
+    def decorate(fn):
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+    return decorate

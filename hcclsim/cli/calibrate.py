@@ -1,0 +1,92 @@
+"""`hccl-bench calibrate`: fit a topology's latency and bandwidth to nccl-tests measurements (docs/calibrate.md)."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from ..analysis.calibrate import TIERS, fit, to_toml
+from ..core.errors import ConfigError
+from ..core.units import format_bandwidth, format_time
+from ..network.config import build, resolve
+from ..results.nccltests import read
+from ..results.report import _console
+from ..schedule import collectives as C
+
+
+@click.command("calibrate")
+@click.argument("measured", metavar="MEASURED")
+@click.option("-t", "--topology", required=True, metavar="PRESET|FILE.toml",
+              help="The topology to calibrate: a preset (see `hccl-bench topologies`) or a TOML file.")
+@click.option("-c", "--collective", default=None, metavar="NAME",
+              help="The measured collective; read from the file (program or file name) when omitted. "
+                   "Must agree with the file when both say.")
+@click.option("-a", "--algorithm", default="ring", show_default=True, metavar="NAME[:OPTS]",
+              help="The algorithm the measured library ran (NCCL's default at large sizes is ring).")
+@click.option("--tier", type=click.Choice(["auto", *TIERS]), default="auto", show_default=True,
+              help="Two-tier topologies: the tier to fit (auto = the one whose bandwidth the largest "
+                   "measured size depends on most).")
+@click.option("-d", "--dtype", default=None, help="Element type; default: the file's type column, else float32.")
+@click.option("-o", "--output", required=True, metavar="CALIBRATED.toml",
+              help="Where to write the calibrated topology (loadable with `sweep -t`).")
+def calibrate_cmd(measured, topology, collective, algorithm, tier, dtype, output):
+    """Fit TOPOLOGY's per-hop latency and bandwidth to a measurement of one collective.
+
+    MEASURED is nccl-tests output: its text table (e.g. `all_reduce_perf -b 8 -e 1G -f 2 > out.txt`),
+    its JSON report (-J), or a JSON list of {"size": bytes, "time_us": us}. The out-of-place times are used.
+
+    \b
+    Examples:
+      hccl-bench calibrate all_reduce.txt -t switch8 -o my_switch.toml
+      hccl-bench calibrate ar.json -t two-tier-128 -a ring -o cluster.toml
+      hccl-bench sweep -t my_switch.toml
+    """
+    if not output.endswith(".toml"):
+        raise ConfigError(f"-o/--output: expected a file ending in .toml, got {output!r}")
+    if "," in algorithm or algorithm.strip() == "all":
+        raise ConfigError(f"--algorithm: expected one algorithm (the one the measurement ran), got {algorithm!r}")
+    name, label, doc = resolve(topology)
+    topo = build(doc, name, label)
+    m = read(measured)
+    if collective is not None:
+        collective = C.canonical(collective)
+        if m.collective is not None and m.collective != collective:
+            raise ConfigError(f"--collective: {measured} measures {m.collective}, not {collective}")
+    elif m.collective is None:
+        raise ConfigError(f"{measured}: cannot tell which collective was measured (no 'Collective test "
+                          f"starting' line, program or file name); pass -c")
+    coll = collective or m.collective
+    if m.ranks is not None and m.ranks != topo.nranks:
+        raise ConfigError(f"{measured}: measured on {m.ranks} ranks but {name} has {topo.nranks}; "
+                          f"expected the same rank count (use --set ranks=... in a copy of the topology)")
+    dtype = dtype or m.dtype or "float32"
+    flat = doc["topology"].get("kind") != "hierarchical"
+    result = fit(doc, name, label, coll, algorithm, m, dtype, tier=None if flat else tier)
+    text = to_toml(doc, result, measured, name, coll, algorithm)
+    build(tomllib.loads(text), Path(output).stem, output)        # the file must load
+    try:
+        Path(output).write_text(text, encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"-o/--output: cannot write {output!r} ({e.strerror or e})") from None
+
+    con = _console()
+    lk, bk = result.keys()
+    con.print(f"calibrate · {coll} · {algorithm} · {name} ({topo.nranks} ranks) · {Path(measured).name}")
+    t = Table(box=None, header_style="bold")
+    for col in ("size (B)", "measured (us)", "model (us)", "error"):
+        t.add_column(col, justify="right")
+    for s, mu, mo, e in zip(result.sizes, result.measured_us, result.model_us, result.rel_error):
+        t.add_row(str(s), f"{mu:.2f}", f"{mo:.2f}", f"{e:+.2%}")
+    con.print(t)
+    con.print()
+    tier_note = f" (tier {result.tier})" if result.tier else ""
+    con.print(f"fitted{tier_note}: {lk} = {format_time(result.latency)} (was {format_time(result.nominal_latency)}), "
+              f"{bk} = {format_bandwidth(result.bandwidth)} = efficiency {result.efficiency:.4g} x "
+              f"{format_bandwidth(result.nominal_bandwidth)}")
+    con.print(f"error over {len(result.sizes)} sizes: mean {result.mean_abs_error:.2%}, "
+              f"worst {result.worst_error:.2%}")
+    con.print(f"wrote {output}")
+    return 0

@@ -1,0 +1,103 @@
+"""`hccl-bench sweep`: time collectives over message sizes, like nccl-tests / PARAM comms.py."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..core.errors import ConfigError
+from ..core.units import parse_time
+from ..engine.execution import LAUNCHES, Noise
+from ..network.config import load_topology
+from ..results.provenance import metadata
+from ..results.report import FORMATS, output_format, render_table, to_csv, to_json, write
+from ..results.trace import write_trace
+from ..schedule import collectives as C
+from ..sweeping.sweep import parse_engines, size_grid, sweep
+from ._long import run as long_run
+from ._options import grid_options
+
+
+@click.command("sweep")
+@click.option("-c", "--collective", default=C.ALL_REDUCE, show_default=True, metavar="NAME[,NAME...]|all",
+              help=f"Collective(s): {', '.join(C.COLLECTIVES)} (NCCL spellings such as allreduce accepted).")
+@click.option("-a", "--algorithm", default="all", show_default=True, metavar="NAME[,NAME...]|all",
+              help="Algorithm(s), each optionally with options (ring:channels=2). 'all' = every applicable one; "
+                   "see `hccl-bench algorithms`.")
+@grid_options(minbytes="16", factor=4)
+@click.option("-r", "--root", default=0, show_default=True, help="Root rank of broadcast and reduce.")
+@click.option("--engine", default="analytic", show_default=True, metavar="analytic|packet|analytic,packet",
+              help="Timing engine(s): the alpha-beta model, the packet-level simulation, or both side by side.")
+@click.option("--stats", is_flag=True,
+              help="Add the packet engine's counters: events, peak queue, busiest link, reduction table.")
+@click.option("--trace", "trace_file", metavar="FILE.json",
+              help="Write a Chrome/Perfetto trace of one point (the first algorithm at the largest size) "
+                   "simulated by the packet engine.")
+@click.option("--launch", type=click.Choice(LAUNCHES), default="host", show_default=True,
+              help="host: each collective pays the endpoint's launch_overhead; device: launched ahead and released "
+                   "by a compute kernel (device-triggered), no launch on the critical path.")
+@click.option("--iters", type=int, default=1, show_default=True, metavar="N",
+              help="Iterations per point; with more than one (or with --skew/--jitter) rows get time_us_p50, _p75, "
+                   "_p95, _min, _max and time_us is the p50.")
+@click.option("--skew", default="0", show_default=True, metavar="TIME",
+              help="Ranks arrive uniformly at random within this time of the first (e.g. 2us), per iteration.")
+@click.option("--jitter", default="0", show_default=True, metavar="TIME",
+              help="Mean of an exponential delay before every transfer (e.g. 500ns), per iteration.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the skew and jitter draws.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
+              help="What to print on stdout.")
+@click.option("-o", "--output", metavar="FILE", help="Also write the rows to FILE (.csv, .json or .parquet), "
+              "as they finish (JSON and Parquet: to FILE.partial.csv until the end).")
+@click.option("--resume", is_flag=True,
+              help="Keep the rows already in -o FILE (and FILE.partial.csv), compute only the rest and append.")
+@click.option("-j", "--jobs", type=int, default=None, metavar="N",
+              help="Worker processes for (collective, algorithm) blocks  [default: all cores]")
+@click.option("--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True,
+              help="Where blocks run: this machine's cores (--jobs), or an existing Dask cluster (--scheduler; "
+                   "the dask extra). Same rows either way.")
+@click.option("--scheduler", metavar="ADDRESS",
+              help="The Dask scheduler of --executor dask, e.g. tcp://10.0.0.1:8786 (as `dask scheduler` prints).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar on stderr.")
+def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, factor, dtype, root, engine, stats,
+              trace_file, launch, iters, skew, jitter, seed, fmt, output, resume, jobs, executor, scheduler,
+              quiet):
+    """Sweep message sizes for collectives and algorithms on one topology.
+
+    \b
+    Examples:
+      hccl-bench sweep
+      hccl-bench sweep -c all_gather -a ring,direct -t two-tier-128 -b 1K -e 1G -f 2
+      hccl-bench sweep -t my_fabric.toml --set latency=1us --format csv > out.csv
+      hccl-bench sweep -t mtia300-rack --launch device --iters 100 --skew 2us --jitter 500ns --seed 1
+    """
+    if output:
+        output_format(output)
+    topo = load_topology(topology, list(overrides))
+    sizes = size_grid(minbytes, maxbytes, factor)
+    colls = list(C.COLLECTIVES) if collective.strip() == "all" else [c for c in collective.split(",") if c.strip()]
+    parse_engines(engine)
+    noise = Noise(iters, parse_time(skew, "--skew"), parse_time(jitter, "--jitter"), seed)
+    if trace_file and not trace_file.endswith(".json"):
+        raise ConfigError(f"--trace: expected a file ending in .json, got {trace_file!r}")
+    result, writer = long_run(sweep, topo, colls, algorithm, sizes, dtype=dtype, root=root, engine=engine, stats=stats,
+                              output=output, resume=resume, jobs=jobs, quiet=quiet, executor=executor,
+                              scheduler=scheduler, launch=launch, noise=noise)
+    for coll, algo, why in result.skipped:
+        click.echo(f"hccl-bench: skipped {algo} for {coll} on {topo.name}: {why}", err=True)
+    meta = metadata(topo, collectives=colls, algorithm=algorithm, sizes=sizes, dtype=dtype, root=root, engine=engine,
+                    stats=stats, launch=launch, noise=noise, given={"topology": topology, "collective": collective, "overrides": list(overrides),
+                                        "minbytes": minbytes, "maxbytes": maxbytes, "factor": factor})
+    if writer:
+        writer.finish(lambda path: write(result.rows, path, meta))
+    if trace_file:
+        first = result.rows.iloc[0]
+        write_trace(trace_file, topo, first.collective, first.algorithm, sizes[-1], dtype, root)
+        click.echo(f"hccl-bench: wrote a packet-engine trace of {first.collective} {first.algorithm} at "
+                   f"{sizes[-1]} bytes to {trace_file}", err=True)
+    if fmt == "csv":
+        sys.stdout.write(to_csv(result.rows))
+    elif fmt == "json":
+        sys.stdout.write(to_json(result.rows, meta))
+    else:
+        render_table(result.rows)

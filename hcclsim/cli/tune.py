@@ -1,0 +1,57 @@
+"""`hccl-bench tune`: the best algorithm per message-size range, like the table NCCL's tuner builds."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..analysis.tune import json_safe, size_ranges
+from ..core.errors import ConfigError
+from ..network.config import load_topology
+from ..results.provenance import metadata
+from ..results.report import FORMATS, output_format, render_tune, to_csv, to_json, write
+from ..schedule import collectives as C
+from ..sweeping.sweep import parse_engines, size_grid, sweep
+from ._options import grid_options
+
+
+@click.command("tune")
+@click.option("-c", "--collective", default=C.ALL_REDUCE, show_default=True, metavar="NAME[,NAME...]|all",
+              help=f"Collective(s): {', '.join(C.COLLECTIVES)}.")
+@grid_options(minbytes="8", factor=2)
+@click.option("--engine", default="analytic", show_default=True, metavar="analytic|packet",
+              help="The engine whose times decide.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
+              help="What to print on stdout.")
+@click.option("-o", "--output", metavar="FILE", help="Also write the ranges to FILE (.csv, .json or .parquet).")
+def tune_cmd(topology, collective, overrides, minbytes, maxbytes, factor, dtype, engine, fmt, output):
+    """Find the fastest algorithm for each message-size range (every applicable algorithm is swept).
+
+    \b
+    Examples:
+      hccl-bench tune
+      hccl-bench tune -t two-tier-128 -c all --format csv > tuner.csv
+    """
+    if output:
+        output_format(output)
+    if len(parse_engines(engine)) != 1:
+        raise ConfigError(f"--engine: tune compares algorithms on one engine, got {engine!r}")
+    topo = load_topology(topology, list(overrides))
+    sizes = size_grid(minbytes, maxbytes, factor)
+    colls = list(C.COLLECTIVES) if collective.strip() == "all" else [c for c in collective.split(",") if c.strip()]
+    result = sweep(topo, colls, "all", sizes, dtype=dtype, engine=engine)
+    for coll, algo, why in result.skipped:
+        click.echo(f"hccl-bench: skipped {algo} for {coll} on {topo.name}: {why}", err=True)
+    ranges = size_ranges(result.rows, engine)
+    meta = metadata(topo, collectives=colls, algorithm="all", sizes=sizes, dtype=dtype, engine=engine,
+                    given={"topology": topology, "collective": collective, "overrides": list(overrides),
+                           "minbytes": minbytes, "maxbytes": maxbytes, "factor": factor})
+    if output:
+        write(json_safe(ranges) if output.lower().endswith(".json") else ranges, output, meta)
+    if fmt == "csv":
+        sys.stdout.write(to_csv(ranges))
+    elif fmt == "json":
+        sys.stdout.write(to_json(json_safe(ranges), meta))
+    else:
+        render_tune(ranges)

@@ -1,0 +1,351 @@
+"""Topology configuration: TOML files and presets, ``--set`` overrides, units, defaults, validation.
+
+The only module that reads topology files. It returns a built :class:`Topology`;
+every error names the file (or ``--set``) and the key, and says what was expected.
+The keys are documented in docs/config.md.
+"""
+
+from __future__ import annotations
+
+import copy
+import tomllib
+from importlib import resources
+from pathlib import Path
+
+from ..core.errors import ConfigError, suggest, unknown
+from ..core.units import parse_bandwidth, parse_flops, parse_size, parse_time
+from .params import (
+    DEFAULT_ENDPOINT,
+    DEFAULT_PACKET,
+    EXECUTIONS,
+    HIDEABLE,
+    PROTOCOLS,
+    SWITCHING,
+    Endpoint,
+    PacketParams,
+)
+from .topology import FLAT_KINDS, SCALE_OUT_KINDS, Topology, build_flat, build_hierarchical
+
+PACKET_KEYS = {"mtu", "switching", "switch_buffer", "switch_latency", "reduction_table_entries"}
+ENDPOINT_KEYS = {"message_engines", "issue_overhead", "reduction_bandwidth", "launch_overhead", "graph_generation",
+                 "metadata_copy", "subgraph_schedule", "hidden", "execution", "sm_share", "sm_reduction_bandwidth",
+                 "protocol", "peak_flops", "gemm_efficiency", "memory_bandwidth"}
+FLAT_KEYS = {"description", "kind", "ranks", "bandwidth", "latency", "in_switch_reduce", "dims"} | PACKET_KEYS
+HIER_KEYS = {"description", "kind", "scale_up", "scale_out"}
+TOP_TABLES = ("topology", "endpoint")
+UP_KEYS = {"kind", "ranks", "bandwidth", "latency", "in_switch_reduce"} | PACKET_KEYS
+OUT_KEYS = {"kind", "domains", "bandwidth", "latency", "oversubscription", "leaf_size", "spines"} | PACKET_KEYS
+DEFAULT_PRESET = "dgx-h100"
+
+
+def preset_dir():
+    return resources.files("hcclsim.topologies") / "presets"
+
+
+def preset_names() -> list[str]:
+    return sorted(p.name[:-5] for p in preset_dir().iterdir() if p.name.endswith(".toml"))
+
+
+def read_toml(path, label: str) -> dict:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"{label}: cannot read file ({e.strerror or e})") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{label}: not a UTF-8 text file; expected a TOML file") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{label}: malformed TOML: {e}") from None
+
+
+def find_toml(ref: str, where: str, named, what: str, label: str):
+    """A TOML path, or a name among named() (name -> file) -> (name, label for messages, the file).
+    what names the kind in errors ('preset'); label formats a named file's label ('preset {}')."""
+    path = Path(ref)
+    if ref.endswith(".toml") or path.exists() or "/" in ref:
+        if not path.is_file():
+            raise ConfigError(f"{where}: no such file {ref!r}")
+        return path.stem, str(path), path
+    files = named()
+    if ref not in files:
+        raise ConfigError(f"{where}: unknown {what} {ref!r}{suggest(ref, list(files))}; expected a .toml file or "
+                          f"one of: {', '.join(files) or '(none found)'}")
+    return ref, label.format(ref), files[ref]
+
+
+def locate(ref: str, where: str = "--topology"):
+    """A preset name or a TOML path -> (name, label for messages, the file to read)."""
+    return find_toml(ref, where, lambda: {n: preset_dir() / f"{n}.toml" for n in preset_names()}, "preset",
+                     "preset {}")
+
+
+def resolve(ref: str, where: str = "--topology") -> tuple[str, str, dict]:
+    """A preset name or a TOML path -> (name, label for messages, the parsed document)."""
+    name, label, path = locate(ref, where)
+    return name, label, read_toml(path, label)
+
+
+def parse_override(item: str) -> tuple[list[str], object]:
+    """'scale_out.domains=64' -> (['scale_out', 'domains'], 64). Values are TOML literals, else strings."""
+    key, eq, raw = item.partition("=")
+    key = key.strip()
+    key = key.removeprefix("topology.")
+    if not eq or not key:
+        raise ConfigError(f"--set: expected KEY=VALUE (e.g. bandwidth=100GB/s), got {item!r}")
+    try:
+        value = tomllib.loads(f"v = {raw.strip()}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return key.split("."), value
+
+
+class _Table:
+    """A TOML table being validated; knows how to name each key in an error message."""
+
+    def __init__(self, data: dict, prefix: str, label: str, overridden: set[str]):
+        self.data, self.prefix, self.label, self.overridden = data, prefix, label, overridden
+
+    def where(self, key: str) -> str:
+        full = f"{self.prefix}.{key}"
+        short = full.split(".", 1)[1]
+        for given in (full, short):
+            if given in self.overridden:
+                return f"--set {given}"
+        return f"{self.label}: {full}"
+
+    def check_keys(self, allowed: set[str]) -> None:
+        for key in self.data:
+            if key not in allowed:
+                raise ConfigError(f"{self.where(key)}: unknown key{suggest(key, allowed)}; "
+                                  f"expected one of: {', '.join(sorted(allowed))}")
+
+    def get(self, key: str, parse, default=None, required: bool = False):
+        if key not in self.data:
+            if required:
+                raise ConfigError(f"{self.label}: {self.prefix}.{key} is missing")
+            return default
+        return parse(self.data[key], self.where(key))
+
+    def sub(self, key: str, required: bool = True) -> _Table:
+        value = self.data.get(key)
+        if value is None and not required:
+            return None
+        if not isinstance(value, dict):
+            raise ConfigError(f"{self.label}: [{self.prefix}.{key}] table is missing" if value is None else
+                              f"{self.where(key)}: expected a table")
+        return _Table(value, f"{self.prefix}.{key}", self.label, self.overridden)
+
+
+def _int(lo: int):
+    def parse(v, where):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ConfigError(f"{where}: expected a whole number >= {lo}, got {v!r}")
+        return v
+    return parse
+
+
+def _number(lo: float):
+    def parse(v, where):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v < float("inf"):
+            raise ConfigError(f"{where}: expected a finite number >= {lo:g}, got {v!r}")
+        return float(v)
+    return parse
+
+
+def _bool(v, where):
+    if not isinstance(v, bool):
+        raise ConfigError(f"{where}: expected true or false, got {v!r}")
+    return v
+
+
+def _choice(choices, what: str = "kind"):
+    def parse(v, where):
+        if v not in choices:
+            raise ConfigError(f"{where}: {unknown(what, v, choices)}")
+        return v
+    return parse
+
+
+def _str(v, where):
+    if not isinstance(v, str):
+        raise ConfigError(f"{where}: expected a string, got {v!r}")
+    return v
+
+
+def _dims(v, where):
+    if not (isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1
+                                                        for x in v)):
+        raise ConfigError(f"{where}: expected [X, Y] (two whole numbers >= 1), got {v!r}")
+    return (v[0], v[1])
+
+
+def build(doc: dict, name: str, label: str, overrides: list[str] = ()) -> Topology:
+    """Validate a parsed document (with overrides applied) and build its topology."""
+    doc = copy.deepcopy(doc)
+    for key in doc:
+        if key not in TOP_TABLES:
+            raise ConfigError(f"{label}: unknown top-level table or key {key!r}{suggest(key, TOP_TABLES)}; "
+                              f"expected [topology] and optionally [endpoint]")
+    if not isinstance(doc.get("topology"), dict):
+        raise ConfigError(f"{label}: the [topology] table is missing")
+    if "endpoint" in doc["topology"]:
+        raise ConfigError(f"{label}: topology.endpoint: the endpoint keys now live in a top-level [endpoint] "
+                          f"table; rename [topology.endpoint] to [endpoint]")
+    overridden = set()
+    for item in overrides:
+        path, value = parse_override(item)
+        node = doc if path[0] == "endpoint" and len(path) > 1 else doc["topology"]
+        if node is doc and "endpoint" not in doc:
+            doc["endpoint"] = {}
+        for part in path[:-1]:
+            if not isinstance(node.get(part), dict):
+                raise ConfigError(f"--set {'.'.join(path)}: there is no table {part!r} to set a key in")
+            node = node[part]
+        node[path[-1]] = value
+        overridden.add(".".join(path))
+    endpoint = _endpoint(doc, label, overridden)
+    top = _Table(doc["topology"], "topology", label, overridden)
+    kind = top.get("kind", _choice([*FLAT_KINDS, "hierarchical"]), required=True)
+    spec = copy.deepcopy(doc["topology"])
+    if kind == "hierarchical":
+        top.check_keys(HIER_KEYS)
+        up, out = top.sub("scale_up"), top.sub("scale_out")
+        up.check_keys(UP_KEYS)
+        out.check_keys(OUT_KEYS)
+        top.get("description", _str)
+        up_kind = up.get("kind", _choice(["switch", "ring", "full_mesh"]), required=True)
+        if up.get("in_switch_reduce", _bool, False) and up_kind != "switch":
+            raise ConfigError(f"{up.where('in_switch_reduce')}: only a 'switch' scale-up can reduce in the switch")
+        out_kind = out.get("kind", _choice(SCALE_OUT_KINDS), required=True)
+        if out_kind == "rail":
+            for key in ("oversubscription", "leaf_size", "spines"):
+                if key in out.data:
+                    raise ConfigError(f"{out.where(key)}: only a fat_tree scale-out has {key}")
+        local, domains = up.get("ranks", _int(1), required=True), out.get("domains", _int(1), required=True)
+        leaf_size = out.get("leaf_size", _int(1), None)
+        if leaf_size is not None and (local * domains) % leaf_size:
+            raise ConfigError(f"{out.where('leaf_size')}: {leaf_size} does not divide the {local * domains} ranks "
+                              f"({domains} domains x {local})")
+        return build_hierarchical(
+            name, up_kind, local, up.get("bandwidth", parse_bandwidth, required=True),
+            up.get("latency", parse_time, 0.0), up.get("in_switch_reduce", _bool, False), out_kind,
+            domains, out.get("bandwidth", parse_bandwidth, required=True),
+            out.get("latency", parse_time, 0.0), out.get("oversubscription", _number(1.0), 1.0),
+            leaf_size, spec=spec, up_packet=_packet(up), out_packet=_packet(out), endpoint=endpoint,
+            spines=out.get("spines", _int(1), 1))
+    top.check_keys(FLAT_KEYS)
+    dims = top.get("dims", _dims)
+    if dims is not None and kind != "torus2d":
+        raise ConfigError(f"{top.where('dims')}: only a torus2d topology has dims")
+    if kind == "torus2d" and dims is None:
+        raise ConfigError(f"{label}: topology.dims is missing (torus2d needs dims = [X, Y])")
+    ranks = top.get("ranks", _int(1), required=dims is None)
+    if kind == "torus2d":
+        if ranks is not None and ranks != dims[0] * dims[1]:
+            raise ConfigError(f"{top.where('ranks')}: {ranks} ranks but dims {list(dims)} make "
+                              f"{dims[0] * dims[1]}")
+        ranks = dims[0] * dims[1]
+    if top.get("in_switch_reduce", _bool, False) and kind != "switch":
+        raise ConfigError(f"{top.where('in_switch_reduce')}: only a 'switch' topology can reduce in the switch")
+    top.get("description", _str)
+    return build_flat(name, kind, ranks, top.get("bandwidth", parse_bandwidth, required=True),
+                      top.get("latency", parse_time, 0.0), top.get("in_switch_reduce", _bool, False), dims,
+                      spec=spec, packet=_packet(top), endpoint=endpoint)
+
+
+def _packet(table: _Table) -> PacketParams:
+    """The packet-level keys of one tier (docs/config.md), defaults from hcclsim.params."""
+    d = DEFAULT_PACKET
+    return PacketParams(mtu=table.get("mtu", _size(1), d.mtu),
+                        switching=table.get("switching", _choice(SWITCHING, "switching"), d.switching),
+                        switch_buffer=table.get("switch_buffer", _size(1), d.switch_buffer),
+                        switch_latency=table.get("switch_latency", parse_time, d.switch_latency),
+                        reduction_table_entries=table.get("reduction_table_entries", _int(1),
+                                                          d.reduction_table_entries))
+
+
+def _endpoint(doc: dict, label: str, overridden: set[str]) -> Endpoint:
+    """The [endpoint] table (docs/config.md, docs/execution.md), defaults from hcclsim.params."""
+    if "endpoint" not in doc:
+        return DEFAULT_ENDPOINT
+    if not isinstance(doc["endpoint"], dict):
+        raise ConfigError(f"{label}: endpoint: expected a table [endpoint]")
+    table = _Table(doc["endpoint"], "endpoint", label, overridden)
+    table.check_keys(ENDPOINT_KEYS)
+    d = DEFAULT_ENDPOINT
+    return Endpoint(
+        message_engines=table.get("message_engines", _int(0), d.message_engines),
+        issue_overhead=table.get("issue_overhead", parse_time, d.issue_overhead),
+        reduction_bandwidth=table.get("reduction_bandwidth", _bandwidth_or_zero, d.reduction_bandwidth),
+        launch_overhead=table.get("launch_overhead", parse_time, d.launch_overhead),
+        graph_generation=table.get("graph_generation", parse_time, d.graph_generation),
+        metadata_copy=table.get("metadata_copy", parse_time, d.metadata_copy),
+        subgraph_schedule=table.get("subgraph_schedule", parse_time, d.subgraph_schedule),
+        hidden=table.get("hidden", _names(HIDEABLE), d.hidden),
+        execution=table.get("execution", _choice(EXECUTIONS, "execution"), d.execution),
+        sm_share=table.get("sm_share", _fraction(False), d.sm_share),
+        sm_reduction_bandwidth=table.get("sm_reduction_bandwidth", _bandwidth_or_zero, d.sm_reduction_bandwidth),
+        protocol=table.get("protocol", _choice(PROTOCOLS, "protocol"), d.protocol),
+        peak_flops=table.get("peak_flops", _flops_or_zero, d.peak_flops),
+        gemm_efficiency=table.get("gemm_efficiency", _fraction(True), d.gemm_efficiency),
+        memory_bandwidth=table.get("memory_bandwidth", _bandwidth_or_zero, d.memory_bandwidth))
+
+
+def _names(allowed):
+    def parse(v, where):
+        items = [v] if isinstance(v, str) else v
+        if not isinstance(items, list) or not all(isinstance(x, str) for x in items):
+            raise ConfigError(f"{where}: expected a list of names from: {', '.join(allowed)}; got {v!r}")
+        for x in items:
+            if x not in allowed:
+                raise ConfigError(f"{where}: unknown name {x!r}{suggest(x, allowed)}; expected names from: "
+                                  f"{', '.join(allowed)}")
+        return tuple(dict.fromkeys(items))
+    return parse
+
+
+def _fraction(positive: bool):
+    """A number in (0, 1] (positive) or [0, 1)."""
+    def parse(v, where):
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and ((0 < v <= 1) if positive else (0 <= v < 1))
+        if not ok:
+            raise ConfigError(f"{where}: expected a number {'in (0, 1]' if positive else 'in [0, 1)'}, got {v!r}")
+        return float(v)
+    return parse
+
+
+def _flops_or_zero(v, where):
+    return 0.0 if v == 0 or v == "0" else parse_flops(v, where)
+
+
+def _size(lo: int):
+    def parse(v, where):
+        n = parse_size(v, where)
+        if n < lo:
+            raise ConfigError(f"{where}: expected a size of at least {lo} bytes, got {v!r}")
+        return n
+    return parse
+
+
+def _bandwidth_or_zero(v, where):
+    return 0.0 if v == 0 or v == "0" else parse_bandwidth(v, where)
+
+
+def load_topology(ref: str = DEFAULT_PRESET, overrides: list[str] = ()) -> Topology:
+    """A preset name or TOML path, with ``--set KEY=VALUE`` overrides, as a built Topology."""
+    name, label, doc = resolve(ref)
+    return build(doc, name, label, overrides)
+
+
+def source_text(ref: str, where: str = "--topology") -> str:
+    """The text of a preset or TOML file, after checking that it loads (to print, copy and edit)."""
+    name, label, path = locate(ref, where)
+    build(read_toml(path, label), name, label)
+    return path.read_text(encoding="utf-8")
+
+
+def describe(ref: str) -> str:
+    """The preset's or file's one-line description ('' when it has none)."""
+    _, _, doc = resolve(ref)
+    return str(doc.get("topology", {}).get("description", ""))

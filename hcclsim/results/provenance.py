@@ -1,0 +1,184 @@
+"""Provenance: the metadata every results file carries, and the check that refuses what we cannot read.
+
+A results file is trusted later only if it says what made it. ``metadata`` returns:
+
+    schema_version      the layout of results files (SCHEMA_VERSION); readers refuse other versions
+    hccl_bench_version  hcclsim.__version__
+    git_revision        the commit of the source tree the package was loaded from, when it is a git
+                        checkout (absent otherwise -- never an error)
+    topology            {"name", <the [topology] table after --set, as written>, "resolved": the built
+                        Topology with every default filled in: kind, ranks, domains, local, each tier's
+                        bandwidth (bytes/s), latency (s) and packet parameters, the endpoint}
+    inputs              the sweep inputs as given (flags) plus their canonical form (collectives,
+                        algorithm, sizes in bytes, dtype, root, engines, stats)
+    inputs_sha256       sha256 of the canonical JSON of {topology, canonical inputs}: equal inputs give
+                        equal hashes whatever the flags' spelling or the hccl-bench version
+
+JSON results embed it; CSV and Parquet get a sidecar FILE.meta.json (docs/results.md).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import subprocess
+from dataclasses import asdict
+from pathlib import Path
+
+from ..core.errors import ConfigError
+from ..core.version import __version__
+
+SCHEMA_VERSION = 1
+SUPPORTED_SCHEMA_VERSIONS = (1,)
+SIDECAR_SUFFIX = ".meta.json"
+CANONICAL_INPUTS = ("collectives", "algorithm", "sizes", "dtype", "root", "engines", "stats")
+
+
+@functools.lru_cache(maxsize=1)
+def git_revision() -> str | None:
+    """HEAD of the git checkout this package was loaded from; None when it was not (an installed
+    wheel, no git, a tarball) -- never raises. The package's own files must be tracked, so a
+    wheel installed into a virtualenv inside some other repository does not report that repository."""
+    here = Path(__file__).resolve().parents[1]          # the hcclsim package folder
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=here, capture_output=True, text=True, timeout=5, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    if git("ls-files", "--error-unmatch", "__init__.py") is None:
+        return None
+    rev = git("rev-parse", "HEAD")
+    return rev if rev and all(c in "0123456789abcdef" for c in rev) else None
+
+
+def _plain(value):
+    """JSON-ready copy: tuples to lists, numpy scalars to Python, other odd values (TOML dates) to str."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if hasattr(value, "item"):                       # numpy scalar
+        return value.item()
+    return str(value)
+
+
+def resolved_topology(topo) -> dict:
+    """The topology as built: the [topology] table as given (after --set) and every resolved value."""
+    tiers = [{"name": t.name, "kind": t.kind, "bandwidth_Bps": t.bandwidth, "latency_s": t.latency,
+              "packet": asdict(t.packet)} for t in topo.tiers]
+    resolved = {"kind": topo.kind, "ranks": topo.nranks, "domains": topo.domains, "local": topo.local,
+                "tiers": tiers, "endpoint": asdict(topo.endpoint)}
+    return _plain({"name": topo.name, **topo.spec, "resolved": resolved})
+
+
+def canonical_json(value) -> str:
+    return json.dumps(_plain(value), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+
+
+def inputs_hash(topology: dict, canonical_inputs: dict) -> str:
+    return hashlib.sha256(canonical_json({"topology": topology, "inputs": canonical_inputs}).encode()).hexdigest()
+
+
+def metadata(topo, *, collectives, algorithm: str, sizes, dtype: str = "float32", root: int = 0,
+             engine="analytic", stats: bool = False, given: dict | None = None, launch: str = "host",
+             noise=None) -> dict:
+    """Everything a results file says about how it was made (module docstring). given: the flags as
+    typed (kept for people; not hashed). launch and noise (hcclsim.engine.execution.Noise) are hashed when they
+    differ from the defaults (host launch, one quiet iteration)."""
+    from ..core.units import parse_dtype
+    from ..schedule import collectives as C
+    from ..sweeping.sweep import parse_engines
+
+    colls = list(C.COLLECTIVES) if collectives == "all" else \
+        [C.canonical(c) for c in (collectives.split(",") if isinstance(collectives, str) else collectives)
+         if str(c).strip()]
+    canonical = {"collectives": colls, "algorithm": str(algorithm), "sizes": sorted({int(s) for s in sizes}),
+                 "dtype": parse_dtype(dtype), "root": int(root), "engines": parse_engines(engine),
+                 "stats": bool(stats)}
+    if launch != "host":
+        canonical["launch"] = launch
+    if noise is not None and noise.percentiles:
+        canonical["noise"] = {"iters": noise.iters, "skew_s": noise.skew, "jitter_s": noise.jitter, "seed": noise.seed}
+    topology = resolved_topology(topo)
+    meta = {"schema_version": SCHEMA_VERSION, "hccl_bench_version": __version__}
+    rev = git_revision()
+    if rev:
+        meta["git_revision"] = rev
+    meta["topology"] = topology
+    meta["inputs"] = _plain({**(given or {}), **canonical})
+    meta["inputs_sha256"] = inputs_hash(topology, canonical)
+    return meta
+
+
+# --------------------------------------------------------------------------------------- files
+
+def sidecar_path(path) -> Path:
+    """results.csv -> results.csv.meta.json"""
+    return Path(str(path) + SIDECAR_SUFFIX)
+
+
+def write_sidecar(path, meta: dict) -> Path:
+    side = sidecar_path(path)
+    side.write_text(json.dumps(_plain(meta), indent=2) + "\n", encoding="utf-8")
+    return side
+
+
+def check_schema(doc: dict, where: str) -> None:
+    """Refuse a results document (JSON results or a sidecar) whose schema_version this version cannot read."""
+    version = doc.get("schema_version")
+    if version not in SUPPORTED_SCHEMA_VERSIONS:
+        reads = ", ".join(map(str, SUPPORTED_SCHEMA_VERSIONS))
+        raise ConfigError(f"{where}: results schema_version {version!r} is not supported (this hccl-bench reads "
+                          f"version {reads}); regenerate the file with this version's `hccl-bench sweep "
+                          f"-o`, or compare it with the hccl-bench version that wrote it")
+
+
+def _load_json(path: Path, where: str):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{where}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{where}: malformed JSON ({e})") from None
+
+
+def results_document(text: str, where: str) -> dict:
+    """A JSON results file's object, checked: an object with a supported schema_version and 'rows'."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{where}: malformed JSON ({e})") from None
+    if not isinstance(doc, dict) or "rows" not in doc:
+        raise ConfigError(f"{where}: not a hccl-bench results file (expected an object with 'schema_version' and "
+                          f"'rows', as `hccl-bench sweep -o FILE.json` writes)")
+    check_schema(doc, where)
+    if not isinstance(doc["rows"], list) or not all(isinstance(r, dict) for r in doc["rows"]):
+        raise ConfigError(f"{where}: 'rows' must be a list of objects")
+    return doc
+
+
+def read_metadata(path, where: str | None = None) -> dict | None:
+    """The metadata of a results file: embedded (JSON) or its sidecar (CSV, Parquet); None when a CSV
+    or Parquet file has no sidecar. An unsupported schema_version is refused either way."""
+    p = Path(path)
+    where = where or f"results {str(path)!r}"
+    if p.suffix.lower() == ".json":
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{where}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+        return {k: v for k, v in results_document(text, where).items() if k != "rows"}
+    side = sidecar_path(p)
+    if not side.is_file():
+        return None
+    doc = _load_json(side, f"{where} sidecar {str(side)!r}")
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{where} sidecar {str(side)!r}: expected a JSON object")
+    check_schema(doc, f"{where} sidecar {str(side)!r}")
+    return doc

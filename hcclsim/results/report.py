@@ -1,0 +1,157 @@
+"""Rendering sweep rows: nccl-tests-like tables (rich), CSV, JSON and Parquet."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from ..core.errors import ConfigError
+from ..core.units import format_size
+from ..core.version import __version__
+from ..sweeping.best import best_per_size
+from .provenance import SCHEMA_VERSION, write_sidecar
+
+FORMATS = ("table", "csv", "json")
+SPREAD_COLUMNS = ("time_us_p75", "time_us_p95", "time_us_min", "time_us_max")   # time (us) is the p50
+SPREAD_HEADERS = ("p75 (us)", "p95 (us)", "min (us)", "max (us)")
+FLOAT_FORMAT = "%.6g"
+
+
+def to_csv(df: pd.DataFrame) -> str:
+    buf = io.StringIO()
+    df.to_csv(buf, index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
+    return buf.getvalue()
+
+
+def to_json(df: pd.DataFrame, meta: dict | None = None) -> str:
+    # to_dict gives Python ints/floats, which json writes with full precision (to_json would round
+    # to 10 decimal places: 6e-5 GB/s would keep one digit).
+    doc = {"schema_version": SCHEMA_VERSION, "hccl_bench_version": __version__, **(meta or {}),
+           "rows": df.to_dict(orient="records")}
+    return json.dumps(doc, indent=2, default=str) + "\n"      # default=str: TOML dates in the spec
+
+
+def output_format(path: str) -> str:
+    """'.csv', '.json' or '.parquet' from the file name; checked before a sweep starts, so bad -o fails fast."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in (".csv", ".json", ".parquet"):
+        raise ConfigError(f"-o/--output: expected a file ending in .csv, .json or .parquet, got {path!r}")
+    if suffix == ".parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise ConfigError("-o/--output: writing .parquet needs pyarrow: pip install 'hccl-bench[parquet]'") \
+                from None
+    return suffix
+
+
+def write(df: pd.DataFrame, path: str, meta: dict | None = None) -> None:
+    """Write rows to path; the format comes from the suffix (.csv, .json, .parquet). JSON embeds meta
+    (hcclsim.results.provenance.metadata); CSV and Parquet get it in a sidecar PATH.meta.json."""
+    suffix = output_format(path)
+    try:
+        if suffix == ".csv":
+            Path(path).write_text(to_csv(df), encoding="utf-8")
+        elif suffix == ".json":
+            Path(path).write_text(to_json(df, meta), encoding="utf-8")
+        else:
+            df.to_parquet(path, index=False)
+        if meta is not None and suffix != ".json":
+            write_sidecar(path, {"schema_version": SCHEMA_VERSION, "hccl_bench_version": __version__, **meta})
+    except OSError as e:
+        raise ConfigError(f"-o/--output: cannot write {path!r} ({e.strerror or e})") from None
+
+
+def _console(file=None) -> Console:
+    width = max(shutil.get_terminal_size((120, 24)).columns, 100)
+    return Console(file=file, width=width, highlight=False, soft_wrap=False)
+
+
+def render_table(df: pd.DataFrame, file=None) -> None:
+    """One nccl-tests-like block per (collective, algorithm) -- engines side by side when there are
+    several -- then the fastest algorithm per size (by the last engine listed)."""
+    con = _console(file)
+    engines = list(dict.fromkeys(df["engine"]))
+    for (coll, algo), part in df.groupby(["collective", "algorithm"], sort=False):
+        first = part.iloc[0]
+        t = Table(title=f"{coll} · {algo} · {first.topology} ({first.ranks} ranks) · {' vs '.join(engines)}",
+                  title_justify="left", box=None, header_style="bold")
+        for col in ("size (B)", "count (elems)", "type", "root"):
+            t.add_column(col, justify="right")
+        many = len(engines) > 1
+        spread = "time_us_p95" in part.columns and not many   # noisy iterations: PARAM-like percentiles
+                                                                # (side by side, the CSV has them)
+        for e in engines:
+            suffix = f" {e}" if many else ""
+            for col in ("time (us)", "algbw (GB/s)", "busbw (GB/s)") + (SPREAD_HEADERS if spread else ()):
+                t.add_column(col + suffix, justify="right")
+        if many:
+            t.add_column("ratio", justify="right")
+        chosen = "chosen" in part.columns and algo == "auto"
+        if chosen:
+            t.add_column("chosen", justify="right")
+        by_engine = {e: part[part.engine == e].reset_index(drop=True) for e in engines}
+        base = by_engine[engines[0]]
+        for i, row in enumerate(base.itertuples(index=False)):
+            cells = [str(row.size_bytes), str(row.count), row.dtype, str(row.root)]
+            for e in engines:
+                r = by_engine[e].iloc[i]
+                cells += [f"{r.time_us:.2f}", f"{r.algbw_GBps:.2f}", f"{r.busbw_GBps:.2f}"]
+                if spread:
+                    cells += [f"{r[c]:.2f}" for c in SPREAD_COLUMNS]
+            if many:
+                cells.append(f"{by_engine[engines[-1]].iloc[i].time_us / row.time_us:.3f}" if row.time_us else "-")
+            if chosen:
+                cells.append(str(row.chosen))
+            t.add_row(*cells)
+        con.print(t)
+        con.print()
+    # 'auto' rows repeat the winner's time: leave them out of the ranking.
+    ranked = df[df.algorithm != "auto"]
+    if ranked["algorithm"].nunique() > 1:
+        best = best_per_size(ranked, engines[-1])
+        for coll, part in best.groupby("collective", sort=False):
+            t = Table(title=f"{coll} · fastest algorithm per size ({engines[-1]})", title_justify="left", box=None,
+                      header_style="bold")
+            for col in ("size (B)", "algorithm", "time (us)", "busbw (GB/s)", "runner-up", "margin"):
+                t.add_column(col, justify="right")
+            for row in part.itertuples(index=False):
+                runner, margin = (row.runner_up, f"{row.margin:+.1%}") if row.runner_up else ("-", "-")
+                t.add_row(str(row.size_bytes), row.algorithm, f"{row.time_us:.2f}", f"{row.busbw_GBps:.2f}",
+                          runner, margin)
+            con.print(t)
+            con.print()
+
+
+def render_tune(ranges: pd.DataFrame, file=None) -> None:
+    """The tuner table (hcclsim.analysis.tune.size_ranges): one block per collective, one line per size range."""
+    con = _console(file)
+    for coll, part in ranges.groupby("collective", sort=False):
+        first = part.iloc[0]
+        t = Table(title=f"{coll} · best algorithm per size range · {first.topology} ({first.ranks} ranks) · "
+                        f"{first.engine}", title_justify="left", box=None, header_style="bold")
+        for col in ("min size (B)", "max size (B)", "", "algorithm", "runner-up", "margin", "sizes"):
+            t.add_column(col, justify="right")
+        for row in part.itertuples(index=False):
+            runner, margin = (row.runner_up, f"{row.margin:+.1%}") if row.runner_up else ("-", "-")
+            t.add_row(str(row.min_size_bytes), str(row.max_size_bytes),
+                      f"{format_size(row.min_size_bytes)}-{format_size(row.max_size_bytes)}", row.algorithm,
+                      runner, margin, str(row.points))
+        con.print(t)
+        con.print()
+
+
+def render_list(title: str, columns: list[str], rows: list[list[str]], file=None) -> None:
+    con = _console(file)
+    t = Table(title=title, title_justify="left", box=None, header_style="bold")
+    for c in columns:
+        t.add_column(c, overflow="fold")
+    for r in rows:
+        t.add_row(*r)
+    con.print(t)

@@ -1,0 +1,307 @@
+"""Sweeps: the grid of collectives x algorithms x sizes on one topology, as tidy rows.
+
+For each (collective, algorithm) the sizes are grouped by the algorithm's
+structure key, each group's schedule is compiled once, and the engine times
+all of the group's sizes in one call (sizes are an array axis).
+
+`-a auto` adds, per collective, rows with algorithm 'auto' and a `chosen` column: at each size the
+fastest applicable algorithm by the analytic engine (hcclsim.sweeping.best.best_per_size, the rule
+`hccl-bench tune` uses), timed by the requested engines. `chosen` names the algorithm that ran a row
+(itself, for the other rows); it exists only when auto was asked for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import partial
+from typing import NamedTuple
+
+import numpy as np
+import pandas as pd
+
+from ..core.errors import ConfigError, UnsupportedError
+from ..core.units import DTYPE_SIZE, parse_dtype
+from ..engine import analytic, packet
+from ..engine.execution import PERCENTILE_COLUMNS, QUIET, Noise, check_launch, summarize
+from ..engine.execution import run as run_engine
+from ..network.topology import Topology
+from ..schedule import collectives as C
+from ..schedule.algorithm import ALGORITHMS, Algorithm, Problem, load_all, parse_spec
+from .best import best_per_size
+
+COLUMNS = ["collective", "algorithm", "topology", "ranks", "engine", "size_bytes", "count", "dtype", "root",
+           "time_us", "algbw_GBps", "busbw_GBps"]
+ENGINES = {"analytic": analytic.run, "packet": packet.run}
+STAT_COLUMNS = list(packet.STAT_NAMES)
+AUTO = "auto"
+
+
+def parse_engines(spec) -> list[str]:
+    """'analytic', 'packet' or 'analytic,packet' (or a list) -> engine names in order."""
+    names = [e.strip() for e in (spec.split(",") if isinstance(spec, str) else spec) if e.strip()]
+    for name in names:
+        if name not in ENGINES:
+            raise ConfigError(f"--engine: unknown engine {name!r}; expected one or more of: {', '.join(ENGINES)} "
+                              f"(comma-separated)")
+    if not names or len(set(names)) != len(names):
+        raise ConfigError(f"--engine: expected engine names without repeats, got {spec!r}")
+    return names
+
+
+def size_grid(b: int, e: int, f: int) -> list[int]:
+    """nccl-tests' -b/-e/-f: b, b*f, b*f^2, ... up to e (inclusive)."""
+    if b > e:
+        raise ConfigError(f"-b/--b ({b}) is larger than -e/--e ({e}); expected b <= e")
+    if f < 2:
+        raise ConfigError(f"-f/--f: expected a whole factor >= 2, got {f}")
+    out, s = [], b
+    while s <= e:
+        out.append(s)
+        if s == 0:
+            break
+        s *= f
+    return out
+
+
+def split_auto(spec: str) -> tuple[str, bool]:
+    """'ring,auto' -> ('ring', True): the listed algorithms without 'auto', and whether it was listed."""
+    tokens = [t.strip() for t in spec.split(",") if t.strip()]
+    for t in tokens:
+        if t.startswith(AUTO + ":"):
+            raise ConfigError(f"--algorithm: auto takes no options, got {t!r}")
+    return ",".join(t for t in tokens if t != AUTO), AUTO in tokens
+
+
+def algorithms_for(spec: str, collective: str) -> list[Algorithm]:
+    """'all' -> every registered algorithm implementing the collective; else the listed specs."""
+    load_all()
+    if spec.strip() == "all":
+        return [cls() for name, cls in ALGORITHMS.items() if collective in cls.collectives]
+    return [parse_spec(s) for s in spec.split(",") if s.strip()]
+
+
+@dataclass
+class SweepResult:
+    rows: pd.DataFrame
+    skipped: list[tuple[str, str, str]] = field(default_factory=list)    # (collective, algorithm, reason)
+
+
+def metrics(collective: str, n: int, size_bytes: np.ndarray, seconds: np.ndarray) -> dict[str, np.ndarray]:
+    """time_us, algbw_GBps and busbw_GBps exactly as nccl-tests defines them (GB = 1e9 bytes)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        algbw = np.where(seconds > 0, size_bytes / seconds / 1e9, 0.0)
+    return {"time_us": seconds * 1e6, "algbw_GBps": algbw, "busbw_GBps": algbw * C.busbw_factor(collective, n)}
+
+
+def time_algorithm(algo: Algorithm, problem: Problem, sizes: list[int], dtype: str, engines=("analytic",),
+                   launch: str = "host", noise: Noise = QUIET):
+    """(Sizing per size, {engine: (seconds[iters, sizes], stats per size)}) for one algorithm.
+
+    Compiles once per structure key; every engine times the same schedules, on the device's timeline
+    (hcclsim.engine.execution: launch, endpoint costs, noisy iterations)."""
+    ws = DTYPE_SIZE[dtype]
+    n = problem.nranks
+    sizings = [C.sizing(problem.collective, s, ws, n) for s in sizes]
+    keys = [algo.structure_key(problem, sz, ws) for sz in sizings]
+    out = {e: (np.zeros((noise.iters, len(sizes))), {c: np.full(len(sizes), np.nan) for c in STAT_COLUMNS})
+           for e in engines}
+    for key in dict.fromkeys(keys):
+        idx = [i for i, k in enumerate(keys) if k == key]
+        schedule = algo.compile(problem, key)
+        for engine in engines:
+            samples, stats = run_engine(ENGINES[engine], schedule, problem.topology,
+                                        [sizings[i].block_elems for i in idx], ws, launch, noise)
+            out[engine][0][:, idx] = samples
+            for name, values in (stats or {}).items():
+                out[engine][1][name][idx] = values
+    return sizings, out
+
+
+class Context(NamedTuple):
+    """What every unit of one sweep shares (picklable, for workers)."""
+
+    topology: Topology
+    dtype: str
+    root: int
+    stats: bool              # add the engines' counters
+    auto: bool               # -a includes auto: rows get a chosen column
+    launch: str
+    noise: Noise
+
+
+def _frame(ctx: Context, coll, label, sizings, engine_name, samples, counters):
+    topology, dtype, root, stats = ctx.topology, ctx.dtype, ctx.root, ctx.stats
+    size_bytes = np.array([s.size_bytes for s in sizings], np.float64)
+    spread = summarize(samples)
+    seconds = spread["time_us_p50"] / 1e6
+    return pd.DataFrame({
+        "collective": coll, "algorithm": label, "topology": topology.name,
+        "ranks": topology.nranks, "engine": engine_name, "size_bytes": size_bytes.astype(np.int64),
+        "count": [s.count for s in sizings], "dtype": dtype,
+        "root": root if coll in (C.BROADCAST, C.REDUCE) else -1,
+        **metrics(coll, topology.nranks, size_bytes, seconds), **spread, **(counters if stats else {})})
+
+
+def columns(stats: bool = False, auto: bool = False, noise: Noise = QUIET) -> list[str]:
+    """The columns of a sweep's rows, in order, for these options."""
+    return COLUMNS + (PERCENTILE_COLUMNS if noise.percentiles else []) + (STAT_COLUMNS if stats else []) \
+        + (["chosen"] if auto else [])
+
+
+def _finish(ctx: Context, frame, chosen):
+    frame = frame[columns(ctx.stats, False, ctx.noise)]
+    return frame.assign(chosen=chosen) if ctx.auto else frame
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One (collective, algorithm) block of a sweep: the sizes and engines still to compute.
+
+    algorithm is an Algorithm, or AUTO. Units are what executors (hcclsim.sweeping.executors) distribute."""
+    index: int
+    collective: str
+    algorithm: object
+    sizes: tuple
+    engines: tuple
+
+    @property
+    def label(self) -> str:
+        return AUTO if self.algorithm == AUTO else self.algorithm.label
+
+    @property
+    def points(self) -> int:
+        return len(self.sizes) * len(self.engines)
+
+
+def run_unit(ctx: Context, unit: Unit) -> list[pd.DataFrame]:
+    """The rows of one unit, one frame per engine (in the unit's engine order). Picklable, for workers."""
+    topology, dtype, root = ctx.topology, ctx.dtype, ctx.root
+    how = (ctx.launch, ctx.noise)
+    coll, sizes, engines = unit.collective, list(unit.sizes), unit.engines
+    problem = Problem(coll, topology, root)
+    if unit.algorithm != AUTO:
+        sizings, timed = time_algorithm(unit.algorithm, problem, sizes, dtype, engines, *how)
+        return [_finish(ctx, _frame(ctx, coll, unit.label, sizings, e, *timed[e]), unit.label) for e in engines]
+    candidates = [a for a in algorithms_for("all", coll) if not a.unsupported(problem)]
+    timed = {a.label: (a, *time_algorithm(a, problem, sizes, dtype, ("analytic",), ctx.launch)) for a in candidates}
+    sizings = next(iter(timed.values()))[1]
+    scores = pd.concat([_frame(ctx, coll, label, sz, "analytic", *t["analytic"]) for label, (_, sz, t) in timed.items()])
+    pick = best_per_size(scores, "analytic").set_index("size_bytes")["algorithm"]
+    chosen = [pick[s.size_bytes] for s in sizings]
+    out = []
+    for engine_name in engines:
+        seconds = np.zeros((ctx.noise.iters, len(sizes)))
+        counters = {c: np.full(len(sizes), np.nan) for c in STAT_COLUMNS}
+        for label in dict.fromkeys(chosen):
+            idx = [i for i, c in enumerate(chosen) if c == label]
+            algo, _, t = timed[label]
+            if engine_name != "analytic" or ctx.noise != QUIET:    # time only the sizes this algorithm won
+                t = time_algorithm(algo, problem, [sizes[i] for i in idx], dtype, (engine_name,), *how)[1]
+                idx_t = slice(None)
+            else:
+                idx_t = idx
+            sec, cnt = t[engine_name]
+            seconds[:, idx] = sec[:, idx_t]
+            for c in STAT_COLUMNS:
+                counters[c][idx] = cnt[c][idx_t]
+        out.append(_finish(ctx, _frame(ctx, coll, AUTO, sizings, engine_name, seconds, counters), chosen))
+    return out
+
+
+ROW_KEY = ["collective", "algorithm", "engine", "size_bytes"]
+
+
+def _done_keys(previous) -> set:
+    if previous is None or previous.empty:
+        return set()
+    return set(zip(*(previous[k].astype(str) if k != "size_bytes" else previous[k].astype(np.int64)
+                     for k in ROW_KEY)))
+
+
+def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "all", sizes=(1 << 20,),
+          dtype: str = "float32", root: int = 0, engine="analytic", stats: bool = False,
+          on_row=None, previous: pd.DataFrame | None = None, jobs: int = 1, executor=None,
+          on_start=None, launch: str = "host", noise: Noise = QUIET) -> SweepResult:
+    """Run the grid; rows in a stable order (collective, algorithm as listed, engine as listed, size).
+
+    engine: 'analytic', 'packet', 'analytic,packet' or a list; stats adds the engines' counters
+    (STAT_COLUMNS; empty for the analytic engine). on_row(frame) gets each finished (collective,
+    algorithm, engine) block as it finishes (in completion order when jobs > 1). previous: rows
+    already computed (`--resume`): their (collective, algorithm, engine, size) points are skipped
+    and they are merged into the result in the sweep's order. jobs/executor: how units run
+    (hcclsim.sweeping.executors; default the local process pool). on_start(units) gets the units to run.
+    launch ('host' or 'device') and noise (iterations, skew, jitter, seed) put every point on the device's
+    timeline (hcclsim.engine.execution); with several iterations rows get PERCENTILE_COLUMNS and time_us is the p50."""
+    from .executors import get_executor
+
+    dtype = parse_dtype(dtype)
+    engines = parse_engines(engine)
+    if not 0 <= root < topology.nranks:
+        raise ConfigError(f"--root: expected a rank in 0..{topology.nranks - 1}, got {root}")
+    sizes = sorted({int(s) for s in sizes})
+    listed, auto = split_auto(algorithms)
+    ctx = Context(topology, dtype, root, stats, auto, check_launch(launch), noise)
+    skipped, blocks = [], []           # blocks: (collective, algorithm) in the sweep's order
+    for coll in [C.canonical(c) for c in collectives]:
+        problem = Problem(coll, topology, root)
+        algos = algorithms_for(listed, coll) if listed else []
+        runnable = []
+        for algo in algos:
+            why = algo.unsupported(problem)
+            if why:
+                skipped.append((coll, algo.label, why))
+            else:
+                runnable.append(algo)
+        if not runnable and listed.strip() != "all" and len(algos) == 1 and not auto:
+            raise UnsupportedError(f"--algorithm: {algos[0].label} cannot run {coll} on {topology.name}: "
+                                   f"{skipped[-1][2]}")
+        blocks += [(coll, algo) for algo in runnable]
+        if auto:
+            if any(not a.unsupported(problem) for a in algorithms_for("all", coll)):
+                blocks.append((coll, AUTO))
+            else:
+                skipped.append((coll, AUTO, "no algorithm can run it"))
+    if not blocks:
+        reasons = "; ".join(f"{a}: {w}" for _, a, w in skipped) or "nothing to run"
+        raise UnsupportedError(f"no algorithm can run on {topology.name}: {reasons}")
+    done = _done_keys(previous)
+    units = []
+    ws = DTYPE_SIZE[dtype]
+    for i, (coll, algo) in enumerate(blocks):
+        label = AUTO if algo == AUTO else algo.label
+        nbytes = {s: C.sizing(coll, s, ws, topology.nranks).size_bytes for s in sizes}
+        todo = [e for e in engines if any((coll, label, e, nbytes[s]) not in done for s in sizes)]
+        todo_sizes = [s for s in sizes if any((coll, label, e, nbytes[s]) not in done for e in todo)]
+        if todo:
+            units.append(Unit(i, coll, algo, tuple(todo_sizes), tuple(todo)))
+    if on_start:
+        on_start(units)
+    frames = []
+    for unit, result in get_executor(executor)(partial(run_unit, ctx), units, jobs):
+        for frame in result:
+            if done:
+                keep = [k not in done for k in zip(frame.collective, frame.algorithm, frame.engine,
+                                                   frame.size_bytes.astype(np.int64))]
+                frame = frame[keep].reset_index(drop=True)
+            if frame.empty:
+                continue
+            frames.append(frame)
+            if on_row:
+                on_row(frame)
+    rows = order_rows(pd.concat(([previous] if previous is not None and not previous.empty else []) + frames,
+                                ignore_index=True), blocks, engines)
+    return SweepResult(rows, skipped)
+
+
+def order_rows(rows: pd.DataFrame, blocks, engines) -> pd.DataFrame:
+    """rows in the sweep's stable order: block (collective, algorithm) as run, engine as listed, size;
+    rows of other blocks (an earlier sweep's, when resuming) after them, in their own order."""
+    block_rank = {(c, AUTO if a == AUTO else a.label): i for i, (c, a) in enumerate(blocks)}
+    engine_rank = {e: i for i, e in enumerate(engines)}
+    key = pd.DataFrame({
+        "b": [block_rank.get(k, len(block_rank)) for k in zip(rows.collective, rows.algorithm)],
+        "e": rows.engine.map(engine_rank).fillna(len(engine_rank)).to_numpy(),
+        "s": rows.size_bytes.to_numpy(), "i": np.arange(len(rows))})
+    order = key.sort_values(["b", "e", "s", "i"], kind="mergesort").index
+    return rows.iloc[order].reset_index(drop=True)
+
