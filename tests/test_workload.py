@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import assert_one_line_error, run_cli
 
 from hcclsim.api import load_topology
 from hcclsim.core.errors import ConfigError
@@ -28,7 +29,6 @@ from hcclsim.studies.workload import (
     waterfill,
 )
 from hcclsim.studies.workload.patterns import part
-from tests.helpers import assert_one_line_error, run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 H100ISH = Device(peak_flops=1e15, gemm_efficiency=0.5, memory_bandwidth=0.0)
