@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test bench lint clean venv
+.PHONY: run test bench lint docs clean venv
 
 venv: $(STAMP)
 
@@ -25,7 +25,11 @@ bench: $(STAMP)
 	$(BIN)/python -m bench
 
 lint: $(STAMP)
-	$(BIN)/ruff check hcclsim algorithms topologies tests bench
+	$(BIN)/ruff check hcclsim algorithms topologies tests bench docs
+
+# Regenerate the generated blocks of docs/*.md from the code (tests/test_docs.py fails when they drift).
+docs: $(STAMP)
+	$(BIN)/python docs/generate.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

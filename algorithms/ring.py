@@ -9,33 +9,63 @@ of step s-1 has arrived there (the pipeline). Wave w groups chunk p of step
 w - p for every p: those leave a rank at the same time and share its link,
 so a pipelined ring pays (2(N-1) + P - 1) alphas and the same bandwidth term.
 
+Rail-aligned rings (``rails``, on by default on two-tier fabrics): ring
+position (i, j) -- domain i, j-th rank of the ring inside it -- is rank
+i*L + ((j + o - i) mod L) for the channel's order o, so the ring enters domain
+i at local o - i, leaves it from local o - i - 1 and crosses to the same local
+(the same rail) of domain i + 1; C = L channels spread the scale-out traffic
+over every NIC (NCCL's one ring per NIC, src/graph/search.cc).
+
 Broadcast and Reduce are a pipelined chain from (to) the root.
 
 Alpha-beta (switch, P = 1, any C): AllReduce 2(N-1)(a + S/(N B)); AllGather and
 ReduceScatter (N-1)(a + S/(N B)); Broadcast (N-2+P)(a + S/(P B)) -- docs/model.md.
+Rail rings on a rail fabric: AllReduce 2(N-1) S/(N L B_out) + a_out while the
+NICs are the bottleneck -- docs/algorithms.md (ring, closed forms).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import gcd
 
-from hcclsim.schedule import OUT, PUT, PUT_REDUCE, Layout, ScheduleBuilder, const, order, rank_of, rot
+from hcclsim.schedule import (
+    DEP_SHIFT,
+    OUT,
+    PUT,
+    PUT_REDUCE,
+    Affine,
+    Layout,
+    ScheduleBuilder,
+    const,
+    order,
+    rank_of,
+    rot,
+)
 from hcclsim.schedule import collectives as C
 from hcclsim.schedule.algorithm import Algorithm, Problem, auto_chunks, opt, register
+
+RAILS = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
 class RingOptions:
-    channels: int = opt(0, "rings run side by side, alternating direction (0: 2 where links are "
-                           "bidirectional point-to-point -- ring, full_mesh, torus2d -- else 1)")
+    channels: int = opt(0, "rings run side by side, alternating direction (0: L, one per NIC, with rail "
+                           "rings; 2 where links are bidirectional point-to-point -- ring, full_mesh, "
+                           "torus2d -- else 1)")
     chunks: int = opt(0, "pipelined chunks per step (0: 1 for AllReduce/AllGather/ReduceScatter; "
                          "Broadcast/Reduce one per chunk_size bytes)")
     chunk_size: int = opt(128 << 10, "bytes per pipelined chunk for Broadcast/Reduce when chunks=0")
     max_chunks: int = opt(64, "upper bound on automatic chunks")
+    rails: str = opt("auto", "lay each ring one NIC (rail) apart, entering and leaving every domain through "
+                             "a different NIC per channel: on, off, or auto (on for hierarchical topologies "
+                             "with several domains of several ranks)")
 
     def __post_init__(self):
         if self.channels < 0 or self.chunks < 0 or self.chunk_size < 1 or self.max_chunks < 1:
             raise ValueError("channels and chunks must be >= 0, chunk_size and max_chunks >= 1")
+        if self.rails not in RAILS:
+            raise ValueError(f"rails must be one of {', '.join(RAILS)}, not {self.rails!r}")
 
 
 @register
@@ -43,12 +73,25 @@ class Ring(Algorithm):
     name = "ring"
     summary = "multi-channel pipelined ring (NCCL-like); bandwidth-optimal, 2(N-1) latency steps"
     collectives = (C.ALL_REDUCE, C.ALL_GATHER, C.REDUCE_SCATTER, C.BROADCAST, C.REDUCE)
-    requires = "any topology, any rank count"
+    requires = "any topology, any rank count (rails=on: a hierarchical topology)"
     Options = RingOptions
+
+    def _rails(self, problem: Problem) -> bool:
+        topo = problem.topology
+        if self.options.rails == "auto":
+            return topo.kind == "hierarchical" and topo.domains > 1 and topo.local > 1
+        return self.options.rails == "on"
+
+    def why_not(self, problem: Problem) -> str | None:
+        if self.options.rails == "on" and problem.topology.kind != "hierarchical":
+            return f"rails=on needs a hierarchical topology (domains of ranks), not {problem.topology.kind!r}"
+        return None
 
     def _channels(self, problem: Problem) -> int:
         if self.options.channels:
             return self.options.channels
+        if self._rails(problem):
+            return problem.topology.local
         return 2 if problem.topology.kind in ("ring", "full_mesh", "torus2d") else 1
 
     def structure_key(self, problem, sizing, dtype_size):
@@ -65,9 +108,14 @@ class Ring(Algorithm):
             return _chain(problem, self.label, P)
         k = chans * P
         layout = Layout(C.nblocks(coll, n), n * k if coll == C.ALL_REDUCE else k)
+        if self._rails(problem):
+            topo = problem.topology
+            b = ScheduleBuilder(coll, self.label, n, (topo.domains, topo.local), layout)
+            _rail_rings(b, coll, topo.domains, topo.local, chans, P)
+            b.notes["rails"] = True
+            return b.build()
         b = ScheduleBuilder(coll, self.label, n, (1, n), layout)
-        phases = {C.ALL_REDUCE: ("rs", "ag"), C.REDUCE_SCATTER: ("rs",), C.ALL_GATHER: ("ag",)}[coll]
-        steps = [(ph, s) for ph in phases for s in range(n - 1)]
+        steps = _steps(coll, n)
         tid: dict[tuple[int, int, int], int] = {}   # (step index, chunk, channel) -> template
         for w in range(len(steps) + P - 1):         # wave w: chunk p of step w - p, for every p
             g = b.next_group()
@@ -91,6 +139,94 @@ class Ring(Algorithm):
                                               inst=(1, n), kind=PUT_REDUCE if ph == "rs" else PUT, chan=c,
                                               deps=deps)
         return b.build()
+
+
+def _steps(coll: str, n: int) -> list[tuple[str, int]]:
+    """(phase, step) in order: ReduceScatter steps 'rs' 0..n-2, AllGather steps 'ag' 0..n-2."""
+    phases = {C.ALL_REDUCE: ("rs", "ag"), C.REDUCE_SCATTER: ("rs",), C.ALL_GATHER: ("ag",)}[coll]
+    return [(ph, s) for ph in phases for s in range(n - 1)]
+
+
+def rail_layout(D: int, L: int) -> tuple[int, int, bool]:
+    """(a, e, paired): ring order o enters domain i at local o + a*i and leaves it from local o + a*i + e.
+
+    Same rail at every boundary needs e = a (the exit's rail is the next domain's entry) and, for the
+    wrap from domain D-1 to 0, D*a = 0 mod L; a = -L/gcd(D, L) (-1 when L divides D) is such a value
+    unless gcd(D, L) = 1, where no a != 0 is: then a = 0, e = L-1 (every domain entered on rail o, left
+    from o - 1, the boundary hop crossing to rail o over NVLink first, PXN). paired: channels 2m and
+    2m+1 can run one ring in both directions with every NIC's uplink and downlink used once (L and
+    gcd(D, L) even); otherwise every channel runs forward on its own order."""
+    g = gcd(D, L)
+    a = (-(L // g)) % L
+    e = a if a else L - 1
+    return a, e, L % 2 == 0 and g % 2 == 0 and a != 0
+
+
+def rail_order(D: int, L: int, c: int) -> tuple[int, int]:
+    """(order o, direction) of channel c's rail ring on D domains of L ranks.
+
+    Paired (see rail_layout): pair m = c // 2 takes order o_m = 2q(m // q) + m % q with q = L/gcd(D, L),
+    channel 2m forward, 2m+1 backward. At a boundary the forward ring of o leaves through rail o + a*i + e
+    and enters through o + a*(i+1); the backward one the other way round on the same rail; the orders
+    o_m and o_m + e (= o_m - q) never coincide, so the L channels use every NIC once each way.
+    Otherwise channel c runs forward on order c mod L: entries o + a*i are distinct over o."""
+    if not rail_layout(D, L)[2]:
+        return c % L, 1
+    q = L // gcd(D, L)
+    m = (c // 2) % (L // 2)
+    return 2 * q * (m // q) + m % q, 1 if c % 2 == 0 else -1
+
+
+def _walk(L: int, e: int, j: int) -> int:
+    """Local offset of the j-th rank a ring visits in a domain: 0, 1, ..., L-1 without e, then e."""
+    if j == L - 1:
+        return e
+    return j + 1 if j >= e else j
+
+
+def rail_rank(D: int, L: int, o: int, j: int, shift: int = 0) -> Affine:
+    """Rank at ring position i*L + j + shift, for every domain i (the instance), in ring order o:
+    position (i', j') is rank i'*L + ((o + a*i' + walk(j')) mod L); D*a = 0 mod L keeps it affine in i
+    across the wrap from domain D-1 to domain 0."""
+    a, e, _ = rail_layout(D, L)
+    di, dj = divmod(j + shift, L)
+    return Affine(a1=1, c1=di % D, m1=D, w1=L, a2=a, c2=(o + a * di + _walk(L, e, dj)) % L, m2=L, w2=1)
+
+
+def _scaled(a: Affine, weight: int, base: int) -> Affine:
+    """a * weight + base (for a's with c3 = 0)."""
+    return Affine(a.a1, a.b1, a.c1, a.m1, a.w1 * weight, a.a2, a.b2, a.c2, a.m2, a.w2 * weight, base)
+
+
+def _rail_rings(b: ScheduleBuilder, coll: str, D: int, L: int, chans: int, P: int) -> None:
+    """The ring over ring positions: one template per (step, chunk, channel, position j in the domain),
+    its instances the D domains. Position p sends to p + dir the block of the rank at p - dir*(s+1)
+    (ReduceScatter) or p - dir*s (AllGather), as the flat ring does with ranks."""
+    k = chans * P
+    steps = _steps(coll, D * L)
+    tid: dict[tuple[int, int, int, int], int] = {}     # (step index, chunk, channel, j) -> template
+    for w in range(len(steps) + P - 1):                 # wave w: chunk p of step w - p, for every p
+        g = b.next_group()
+        for p in range(P):
+            s_idx = w - p
+            if not 0 <= s_idx < len(steps):
+                continue
+            ph, s = steps[s_idx]
+            for c in range(chans):
+                o, d = rail_order(D, L, c)
+                back = -d * (s + 1) if ph == "rs" else -d * s
+                for j in range(L):
+                    deps = []
+                    if s_idx > 0:
+                        di, uj = divmod(j - d, L)              # my upstream: position j - d (domain i + di)
+                        deps.append((tid[(s_idx - 1, p, c, uj)], DEP_SHIFT, di, 0))
+                        deps.append(order(tid[(s_idx - 1, p, c, j)]))
+                    if p > 0:
+                        deps.append(order(tid[(s_idx, p - 1, c, j)]))
+                    tid[(s_idx, p, c, j)] = b.op(
+                        src=rail_rank(D, L, o, j), dst=rail_rank(D, L, o, j, d),
+                        schunk=_scaled(rail_rank(D, L, o, j, back), k, c * P + p), group=g, inst=(D, 1),
+                        kind=PUT_REDUCE if ph == "rs" else PUT, chan=c, deps=deps)
 
 
 def _chain(problem: Problem, label: str, P: int):

@@ -23,7 +23,7 @@ from .network.topology import Topology
 from .results.provenance import metadata
 from .schedule import collectives as C
 from .sweeping.executors import open_executor
-from .sweeping.sweep import size_grid
+from .sweeping.sweep import LIBRARY, size_grid
 from .sweeping.sweep import sweep as _core_sweep
 
 __all__ = ["load_topology", "read_results", "run_sweep", "run_tune", "write_results"]
@@ -102,7 +102,7 @@ def run_tune(topology=DEFAULT_PRESET, collective=C.ALL_REDUCE, sizes=None, *, b=
 
     if sizes is None:
         b, e, f = (8 if b is None else b), ("1G" if e is None else e), (2 if f is None else f)
-    rows = run_sweep(topology, collective, "all", sizes, b=b, e=e, f=f, dtype=dtype, engine=engine,
+    rows = run_sweep(topology, collective, LIBRARY, sizes, b=b, e=e, f=f, dtype=dtype, engine=engine,
                      overrides=overrides)
     ranges = size_ranges(rows, engine)
     ranges.attrs = dict(rows.attrs)

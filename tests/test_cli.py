@@ -16,13 +16,13 @@ from hcclsim.cli import cli
 from hcclsim.network.config import ENDPOINT_KEYS, FLAT_KEYS, HIER_KEYS, OUT_KEYS, UP_KEYS, load_topology
 from hcclsim.sweeping.sweep import COLUMNS, STAT_COLUMNS, sweep
 
-HEADER = "collective,algorithm,topology,ranks,engine,size_bytes,count,dtype,root,time_us,algbw_GBps,busbw_GBps"
+HEADER = "collective,algorithm,topology,ranks,engine,size_bytes,count,dtype,root,time_us,algbw_GBps,busbw_GBps,protocol"
 # sweep -t switch8 -a ring -e 4K -f 16: sizes 16, 256, 4096 (default -b 16).
 EXPECTED_CSV = f"""\
 {HEADER}
-all_reduce,ring,switch8,8,analytic,16,4,float32,-1,14.0011,0.00114277,0.00199984
-all_reduce,ring,switch8,8,analytic,256,64,float32,-1,14.009,0.018274,0.0319795
-all_reduce,ring,switch8,8,analytic,4096,1024,float32,-1,14.1434,0.289606,0.50681
+all_reduce,ring,switch8,8,analytic,16,4,float32,-1,14.0011,0.00114277,0.00199984,none
+all_reduce,ring,switch8,8,analytic,256,64,float32,-1,14.009,0.018274,0.0319795,none
+all_reduce,ring,switch8,8,analytic,4096,1024,float32,-1,14.1434,0.289606,0.50681,none
 """
 SWEEP = ["sweep", "-t", "switch8", "-a", "ring", "-e", "4K", "-f", "16"]
 
@@ -72,12 +72,13 @@ def test_sweep_csv_is_exact(capsys):
 
 
 def test_expected_csv_is_the_closed_form_ring_time():
-    """Each row of EXPECTED_CSV is 2(N-1)(1us + S/(8 x 50GB/s)), N = 8, printed with 6 significant digits."""
+    """Each row of EXPECTED_CSV is 2(N-1)(1us + S/(8 x 50GB/s)), N = 8, printed with 6 significant digits;
+    switch8 models no protocol (the ideal link: protocol none)."""
     for line, size in zip(EXPECTED_CSV.splitlines()[1:], (16, 256, 4096), strict=True):
         t = ring_allreduce_us(size)
         algbw = size / (t * 1e-6) / 1e9
         tail = ",".join(f"{v:.6g}" for v in (t, algbw, algbw * 2 * 7 / 8))
-        assert line == f"all_reduce,ring,switch8,8,analytic,{size},{size // 4},float32,-1,{tail}"
+        assert line == f"all_reduce,ring,switch8,8,analytic,{size},{size // 4},float32,-1,{tail},none"
     assert ring_allreduce_us(256) == pytest.approx(14 * (1 + 256 / 8 / 50e9 * 1e6), rel=1e-15)  # S/N whole
 
 

@@ -31,7 +31,7 @@ def timed(spec, coll, topo, size, engine="analytic", launch="host", noise=QUIET)
     s = compile_for(spec, coll, topo, size)
     sz = C.sizing(coll, size, 4, topo.nranks)
     run = analytic.run if engine == "analytic" else packet.run
-    samples, _ = run_exec(run, s, topo, [sz.block_elems], 4, launch, noise)
+    samples, _, _ = run_exec(run, s, topo, [sz.block_elems], 4, launch, noise, [sz.size_bytes])
     return samples[:, 0]
 
 
@@ -126,19 +126,81 @@ def test_symmetric_and_general_paths_agree_with_endpoint_costs():
 # ----------------------------------------------------------------------------------------- protocol
 
 def test_protocols_trade_latency_for_bandwidth():
+    """NCCL's defaults (src/graph/tuning.cc): time = base + 2(N-1)(alpha + step + S/(N B share))."""
     size = 64 * MIB
     none = timed("ring", "all_reduce", switch(), size)[0]
     assert none == pytest.approx(ring_allreduce(size), rel=1e-12)
     assert timed("ring", "all_reduce", switch(protocol="ll"), size)[0] == pytest.approx(
-        ring_allreduce(size, bw=B / 2), rel=1e-12)
+        6.6e-6 + ring_allreduce(size, bw=B / 2), rel=1e-12)
     assert timed("ring", "all_reduce", switch(protocol="ll128"), size)[0] == pytest.approx(
-        ring_allreduce(size, bw=B * 120 / 128, per_step=1.3e-6), rel=1e-12)
+        14e-6 + ring_allreduce(size, bw=B * 0.92, per_step=1.3e-6), rel=1e-12)
     assert timed("ring", "all_reduce", switch(protocol="simple"), size)[0] == pytest.approx(
-        ring_allreduce(size, per_step=2.8e-6), rel=1e-12)
+        8.4e-6 + ring_allreduce(size, per_step=2.8e-6), rel=1e-12)
     # small messages: LL is the fastest real protocol, large ones: Simple
     small = {p: timed("ring", "all_reduce", switch(protocol=p), 1 << 10)[0] for p in ("ll", "ll128", "simple")}
     large = {p: timed("ring", "all_reduce", switch(protocol=p), 256 * MIB)[0] for p in ("ll", "ll128", "simple")}
     assert min(small, key=small.get) == "ll" and min(large, key=large.get) == "simple"
+
+
+def test_auto_takes_the_fastest_protocol_per_size():
+    """protocol = auto: per size, the smallest of the three closed forms above, and the row says which."""
+    topo = switch(protocol="auto")
+    sizes = [1 << 10, 1 << 20, 4 * MIB, 256 * MIB]
+    s = compile_for("ring", "all_reduce", topo, 1 << 20)
+    blocks = [C.sizing("all_reduce", x, 4, N).block_elems for x in sizes]
+    seconds, _, names = run_exec(analytic.run, s, topo, blocks, 4, "host", QUIET, sizes)
+    forms = {"ll": lambda x: 6.6e-6 + ring_allreduce(x, bw=B / 2),
+             "ll128": lambda x: 14e-6 + ring_allreduce(x, bw=B * 0.92, per_step=1.3e-6),
+             "simple": lambda x: 8.4e-6 + ring_allreduce(x, per_step=2.8e-6)}
+    for i, x in enumerate(sizes):
+        want = min(forms, key=lambda p: forms[p](x))
+        assert names[i] == want and seconds[0, i] == pytest.approx(forms[want](x), rel=1e-12)
+    # by hand: LL = LL128 where 14 S (1/(8 x 25e9) - 1/(8 x 46e9)) = 25.6 us, S = 0.80 MB; LL128 = Simple
+    # where 14 S (1/(8 x 46e9) - 1/(8 x 50e9)) = 15.4 us, S = 5.06 MB
+    assert list(names) == ["ll", "ll128", "ll128", "simple"]
+
+
+def test_channels_used_follow_nccls_per_call_reduction():
+    """nc = clamp(floor(S / channel_bytes), 1, channels); LL's threshold grows with the rank count."""
+    from hcclsim.engine.execution import channels_used
+    topo = switch(protocol="auto", channels=24)
+    sizes = np.array([1, 5120, 64 << 10, 1 << 20, 1 << 30])
+    assert channels_used(topo, "ll128", sizes).tolist() == [1, 1, 12, 24, 24]         # 640 threads x 8 B
+    assert channels_used(topo, "simple", sizes).tolist() == [1, 1, 2, 24, 24]         # 512 x 64 B
+    assert channels_used(topo, "ll", sizes).tolist() == [1, 1, 2, 24, 24]             # 512 x 8 B x 8 ranks
+    assert channels_used(switch(protocol="auto"), "ll", sizes).tolist() == [0] * 5    # channels not modelled
+
+
+def test_per_channel_and_protocol_caps_limit_a_ranks_rate():
+    """A rank injects at most min(share x B, bandwidth_cap, channels used x channel_bandwidth)."""
+    from hcclsim.network.params import Protocol
+    size = 64 * MIB
+    capped = switch(protocol="simple", channels=4,
+                    simple=Protocol(share=1.0, step_latency=0.0, base_latency=0.0, channel_bandwidth=5e9,
+                                    channel_bytes=0))
+    assert timed("ring", "all_reduce", capped, size)[0] == pytest.approx(ring_allreduce(size, bw=20e9), rel=1e-12)
+    ll = switch(protocol="ll", ll=Protocol(share=0.5, bandwidth_cap=10e9))
+    assert timed("ring", "all_reduce", ll, size)[0] == pytest.approx(ring_allreduce(size, bw=10e9), rel=1e-12)
+
+
+def test_link_efficiency_and_in_switch_costs():
+    """The tier's efficiency scales every link; an in-switch collective pays its fixed latency instead of
+    the protocol's base and step latencies, and moves at in_switch_efficiency of the links."""
+    import dataclasses
+
+    from hcclsim.network.params import PacketParams
+    size = 64 * MIB
+    eff = switch(protocol="simple")
+    eff = dataclasses.replace(eff, tiers=(dataclasses.replace(eff.tiers[0], packet=PacketParams(efficiency=0.5)),))
+    assert timed("ring", "all_reduce", eff, size)[0] == pytest.approx(
+        8.4e-6 + ring_allreduce(size, bw=B / 2, per_step=2.8e-6), rel=1e-12)
+    plain = timed("in_switch", "all_reduce", switch(), size)[0]
+    nvls = timed("in_switch", "all_reduce", switch(protocol="auto", in_switch_latency=25e-6), size)[0]
+    assert nvls == pytest.approx(25e-6 + plain, rel=1e-12)           # no base, no step latencies
+    half = timed("in_switch", "all_reduce", switch(in_switch_efficiency=0.5), size)[0]
+    assert half == pytest.approx(timed("in_switch", "all_reduce",
+                                       build_flat("s", "switch", N, B / 2, ALPHA / 2, in_switch_reduce=True),
+                                       size)[0], rel=1e-12)
 
 
 def test_device_topology_is_the_topology_itself_without_costs():

@@ -171,7 +171,7 @@ def test_128_rank_target(up_lat, out_lat):
     # a_up: rank -> switch -> rank; a_out: NIC -> leaf -> spine -> leaf -> NIC (each domain is a leaf)
     want = allreduce_ring_ring(L, D, S, 2 * up_lat, 400e9, 4 * out_lat, 50e9)
     assert time_of("hierarchical", "all_reduce", t, S) == pytest.approx(want, rel=1e-12)
-    hier, ring = busbw("hierarchical", "all_reduce", t, S), busbw("ring", "all_reduce", t, S)
+    hier, ring = busbw("hierarchical", "all_reduce", t, S), busbw("ring:rails=off", "all_reduce", t, S)
     if up_lat == 0:
         assert ring == pytest.approx(50.0, rel=1e-6)          # the flat ring crosses a 50 GB/s NIC every step
         assert hier == pytest.approx(218.97, rel=1e-4)
@@ -294,7 +294,15 @@ def test_auto_is_the_faster_of_ring_and_in_switch():
     hop each, at 1 GiB too: it saves (L-2) a_up = 6 us of latency per phase and its fill costs
     a 2 MiB part, 5.24 us."""
     zero = build_hierarchical("tt", "switch", 8, 400e9, 0.0, True, "fat_tree", 16, 50e9, 0.0)
-    assert busbw("hierarchical:intra=in_switch", "all_reduce", zero, GiB) == pytest.approx(218.73, rel=1e-4)
+    # by hand, no latency, L = 8, D = 16, N = 128, Q = min(GiB / 32 KiB, 64) = 64 parts: each in-switch
+    # phase (reduce-scatter, all-gather) (L-1) S/(L B_up) + S/(L Q B_up) (the fill), the inter ring
+    # allreduce of the 1/L piece 2(D-1) S/(L D B_out): busbw = S/T x 2(N-1)/N = 218.73 GB/s
+    L, D, Q = 8, 16, 64
+    T = 2 * ((L - 1) * GiB / (L * 400e9) + GiB / (L * Q * 400e9)) + 2 * (D - 1) * GiB / (L * D * 50e9)
+    assert busbw("hierarchical:intra=in_switch", "all_reduce", zero, GiB) == pytest.approx(
+        GiB / T * 2 * (L * D - 1) / (L * D) / 1e9, rel=1e-12)
+    ring = 2 * (L - 1) * GiB / (L * 400e9) + 2 * (D - 1) * GiB / (L * D * 50e9)     # no fill: 218.97 GB/s
+    assert time_of("hierarchical:intra=ring", "all_reduce", zero, GiB) == pytest.approx(ring, rel=1e-12)
     kinds = ("auto", "ring", "in_switch")
     for size in (256, GiB):
         ring = busbw("hierarchical:intra=ring", "all_reduce", zero, size)
@@ -331,7 +339,7 @@ def test_oversubscription_slows_the_inter_phase():
     for os in (1.0, 4.0):
         assert t("hierarchical", os) == pytest.approx(intra + 2 * (D - 1) * os * P / B, rel=1e-12)
         assert t("hierarchical:inter=direct", os) == pytest.approx(intra + 2 * (D - 1) * os * P / B, rel=1e-12)
-        assert busbw("ring", "all_reduce", topo(D, L, os=os), S) == pytest.approx(50.0, rel=1e-9)
+        assert busbw("ring:rails=off", "all_reduce", topo(D, L, os=os), S) == pytest.approx(50.0, rel=1e-9)
     m = 2
     for os in (1.0, 4.0):
         ring = intra + 2 * (D - 1) * max(1.0, os / m) * P / B

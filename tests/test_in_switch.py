@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 from helpers import busbw, compile_for, counts_to_check, time_of
 
+from hcclsim.core.errors import ConfigError
 from hcclsim.engine import analytic
 from hcclsim.network.topology import build_flat, build_hierarchical
 from hcclsim.schedule import collectives as C
@@ -22,86 +23,136 @@ def roots(coll, n):
     return [0, n - 1] if coll in ROOTED else [0]
 
 
+MODES = ["nvls", "push"]
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("coll", COLLS)
-def test_in_switch_computes_the_collective_on_2_to_17_ranks(coll):
+def test_in_switch_computes_the_collective_on_2_to_17_ranks(coll, mode):
     for n in range(2, 18):
         topo = nvls(n)
         for root in roots(coll, n):
-            s = compile_for("in_switch:chunks=1", coll, topo, root=root)
+            s = compile_for(f"in_switch:mode={mode}:chunks=1", coll, topo, root=root)
             for count in counts_to_check(n):
                 check(s, count)
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("n", [2, 3, 7, 16])
 @pytest.mark.parametrize("coll", COLLS)
-def test_pipelined_in_switch_computes_the_collective(n, coll):
+def test_pipelined_in_switch_computes_the_collective(n, coll, mode):
     topo = nvls(n)
     for root in roots(coll, n):
-        s = compile_for("in_switch:chunks=3", coll, topo, root=root)
+        s = compile_for(f"in_switch:mode={mode}:chunks=3", coll, topo, root=root)
         for count in counts_to_check(n):
             check(s, count)
 
 
-def test_in_switch_on_a_one_domain_hierarchical_topology():
+@pytest.mark.parametrize("mode", MODES)
+def test_in_switch_on_a_one_domain_hierarchical_topology(mode):
     topo = build_hierarchical("h", "switch", 6, 100e9, 1e-7, True, "fat_tree", 1, 50e9, 1e-6)
     for coll in COLLS:
-        s = compile_for("in_switch:chunks=2", coll, topo, root=5)
+        s = compile_for(f"in_switch:mode={mode}:chunks=2", coll, topo, root=5)
         for count in counts_to_check(6):
             check(s, count)
 
 
-def closed_form(coll: str, n: int, size: float, P: int) -> float:
+def test_nvls_is_the_default_mode():
+    assert parse_spec("in_switch").options.mode == "nvls"
+    with pytest.raises(ConfigError, match="mode must be one of nvls, push"):
+        parse_spec("in_switch:mode=pull")
+
+
+def closed_form(coll: str, n: int, size: float, P: int, mode: str) -> float:
     """One hop a = LAT (rank -> switch or switch -> rank); y = one chunk of the whole buffer over B.
-    Chunks stream back to back (order dependencies), so the hop latencies are paid once, not per chunk."""
+    Chunks stream back to back (order dependencies), so the hop latencies are paid once, not per chunk.
+
+    nvls AllReduce: U(p) -> D(p) -> G(p) -> M(p), four hops; in steady state the uplink carries U(q) and
+    G(q-1) together, the downlink D(q) and M(q-1): N + 1 transfers of y/N, u = (1 + 1/N) y. The first
+    upload and the last multicast run alone (y); D(0) and G(P-1) run alone (y/N) and hide behind them."""
     a, y = LAT, size / P / BW
-    if coll in ("all_gather", "reduce_scatter"):      # N-1 blocks share a link; one 1/N block fills
+    if mode == "nvls" and coll == "all_reduce":
+        u = (1 + 1 / n) * y
+        return 4 * a + (P + 1) * u + min(P - 1, 2) * y
+    if mode == "nvls" and coll in ("all_gather", "reduce_scatter"):   # all N blocks on one link; a 1/N fill
+        return 2 * a + P * y + y / n
+    if coll in ("all_gather", "reduce_scatter"):      # push: N-1 blocks share a link; one 1/N block fills
         return 2 * a + y / n + P * (n - 1) * y / n
     return 2 * a + (P + 1) * y
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("n", [2, 5, 8, 16])
 @pytest.mark.parametrize("P", [1, 4])
 @pytest.mark.parametrize("coll", COLLS)
-def test_in_switch_is_its_alpha_beta_formula(n, P, coll):
+def test_in_switch_is_its_alpha_beta_formula(n, P, coll, mode):
     topo = nvls(n, LAT)
-    size = n * P * 4 * 1024 * 3                 # divides evenly into N blocks of P chunks
+    size = n * P * 4 * 1024 * 3                 # divides evenly into N blocks (shards) of P chunks
     for root in roots(coll, n):
-        t = time_of(f"in_switch:chunks={P}", coll, topo, size, root=root)
-        assert t == pytest.approx(closed_form(coll, n, size, P), rel=1e-12)
+        t = time_of(f"in_switch:mode={mode}:chunks={P}", coll, topo, size, root=root)
+        assert t == pytest.approx(closed_form(coll, n, size, P, mode), rel=1e-12)
+
+
+def test_nvls_allreduce_is_the_closed_form_for_p_2_and_3():
+    """The min(P-1, 2) term: P = 2 and 3 are where the fill stops growing."""
+    topo = nvls(8, LAT)
+    for P in (2, 3):
+        size = 8 * P * 4 * 1024 * 3
+        t = time_of(f"in_switch:chunks={P}", "all_reduce", topo, size)
+        assert t == pytest.approx(closed_form("all_reduce", 8, size, P, "nvls"), rel=1e-12)
 
 
 def test_issue_reference_points(switch8):
     zero = nvls(8)
-    bw = busbw("in_switch", "all_reduce", zero, 1 << 30)
+    push = busbw("in_switch:mode=push", "all_reduce", zero, 1 << 30)
     ideal = 2 * 7 / 8 * 50.0                                 # 87.5 GB/s: every link carries S once
-    assert bw >= 1.6 * 50.0
-    assert bw == pytest.approx(ideal * 64 / 65, rel=1e-9)    # 64 chunks, 65 waves (fill + drain)
-    assert bw > 1.7 * busbw("ring", "all_reduce", zero, 1 << 30)
-    small = time_of("in_switch", "all_reduce", nvls(8, 500e-9), 256)
+    assert push >= 1.6 * 50.0
+    assert push == pytest.approx(ideal * 64 / 65, rel=1e-9)    # 64 chunks, 65 waves (fill + drain)
+    assert push > 1.7 * busbw("ring", "all_reduce", zero, 1 << 30)
+    # NVLS: every link carries (1 + 1/N) S; 64 chunks: 65 pairs of groups of (1 + 1/N) y, plus 2 y of fill
+    bw = busbw("in_switch", "all_reduce", zero, 1 << 30)
+    assert bw == pytest.approx(ideal * 64 / (65 * 9 / 8 + 2), rel=1e-9)       # 74.5 GB/s
+    assert bw < 2 * 7 / 9 * 50.0                             # 77.8 GB/s = 2(N-1)/(N+1) B, the limit
+    small = time_of("in_switch:mode=push", "all_reduce", nvls(8, 500e-9), 256)
     assert small == pytest.approx(2 * (500e-9 + 256 / 50e9), rel=1e-12)    # ~1.01 us: one chunk
+    small = time_of("in_switch", "all_reduce", nvls(8, 500e-9), 256)
+    assert small == pytest.approx(4 * 500e-9 + 2 * 9 / 8 * 256 / 50e9, rel=1e-12)     # four hops: ~2.01 us
+
+
+def test_nvls_allreduce_busbw_tends_to_2_n_minus_1_over_n_plus_1_b():
+    for n in (4, 8):
+        limit = 2 * (n - 1) / (n + 1) * 50.0
+        bw = busbw("in_switch:chunks=1024", "all_reduce", nvls(n), 1 << 30)
+        assert limit * 0.99 < bw < limit
 
 
 def test_default_chunk_count_follows_the_size():
     algo = parse_spec("in_switch")
     prob = Problem("all_reduce", nvls(8))
 
-    def key(size, a=algo):
-        return a.structure_key(prob, C.sizing("all_reduce", size, 4, 8), 4)
+    def key(size, a=algo, p=prob):
+        return a.structure_key(p, C.sizing(p.collective, size, 4, p.nranks), 4)
 
     assert key(256) == 1 and key(32 << 10) == 1 and key(1 << 20) == 32 and key(1 << 30) == 64
     assert key(1 << 30, parse_spec("in_switch:chunks=5")) == 5
     assert key(1 << 30, parse_spec("in_switch:max_chunks=8")) == 8
-    for coll in ("all_gather", "reduce_scatter"):        # N-1 templates per chunk: capped on many ranks
-        big = algo.structure_key(Problem(coll, nvls(1025)), C.sizing(coll, 1 << 30, 4, 1025), 4)
-        assert big == 4096 // 1024
-        assert algo.structure_key(Problem(coll, nvls(8)), C.sizing(coll, 1 << 30, 4, 8), 4) == 64
+    push = parse_spec("in_switch:mode=push")
+    for coll in ("all_gather", "reduce_scatter"):        # N (push: N-1) templates per chunk: capped on many ranks
+        big = Problem(coll, nvls(1025))
+        assert key(1 << 30, algo, big) == 4096 // 1025
+        assert key(1 << 30, push, big) == 4096 // 1024
+        assert key(1 << 30, algo, Problem(coll, nvls(8))) == 64
+    big = Problem("all_reduce", nvls(1025))              # nvls: N + 1 templates per chunk and direction
+    assert key(1 << 30, algo, big) == 4096 // 1026
+    assert key(1 << 30, push, big) == 64
 
 
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("coll", COLLS)
-def test_symmetric_path_equals_general_path(coll):
+def test_symmetric_path_equals_general_path(coll, mode):
     n = 12
     topo = nvls(n, 300e-9)
-    s = compile_for("in_switch:chunks=3", coll, topo, root=n - 1)
+    s = compile_for(f"in_switch:mode={mode}:chunks=3", coll, topo, root=n - 1)
     if coll not in ROOTED:
         assert equivariant(s) and link_orbits(topo, s.shape) is not None
     blocks = [n * 3 * 64, n * 3 * 4096]
@@ -125,13 +176,18 @@ def test_refused_without_a_reducing_switch():
     assert algo.unsupported(Problem("all_reduce", nvls(8))) is None
 
 
-@pytest.mark.parametrize("coll,up,down", [("all_reduce", 1.0, 1.0), ("reduce_scatter", 7 / 8, 1 / 8),
-                                          ("all_gather", 1 / 8, 7 / 8)])
-def test_every_link_carries_what_the_collective_needs(coll, up, down):
-    """Bytes per uplink / downlink as a fraction of S: every rank's data crosses the switch once."""
+@pytest.mark.parametrize("spec,coll,up,down", [
+    ("in_switch", "all_reduce", 9 / 8, 9 / 8), ("in_switch", "reduce_scatter", 1.0, 1 / 8),
+    ("in_switch", "all_gather", 1 / 8, 1.0),
+    ("in_switch:mode=push", "all_reduce", 1.0, 1.0), ("in_switch:mode=push", "reduce_scatter", 7 / 8, 1 / 8),
+    ("in_switch:mode=push", "all_gather", 1 / 8, 7 / 8)])
+def test_every_link_carries_what_the_collective_needs(spec, coll, up, down):
+    """Bytes per uplink / downlink as a fraction of S. NVLS: a rank contributes to (ReduceScatter) and
+    receives (AllGather) every block, its own included; AllReduce is both, S + S/N each way.
+    push: every rank's data crosses the switch once, and a rank's own block never."""
     topo = nvls(8)
     size = 8 * 4 * 4096
-    s = compile_for("in_switch:chunks=4", coll, topo, size)
+    s = compile_for(f"{spec}:chunks=4", coll, topo, size)
     t = analytic.run(s, topo, [C.sizing(coll, size, 4, 8).block_elems], 4, want_links=True)
     np.testing.assert_allclose(t.link_bytes[:8, 0], up * size)       # links 0..N-1: rank -> switch
     np.testing.assert_allclose(t.link_bytes[8:, 0], down * size)     # links N..2N-1: switch -> rank

@@ -94,12 +94,56 @@ def test_more_bandwidth_is_never_slower(topo, name, coll):
     assert np.all(fast <= slow * (1 + 1e-12))
 
 
-@pytest.mark.parametrize("topo,name,coll", CASES)
-def test_one_instance_path_agrees_with_the_general_path(topo, name, coll):
-    n = topo.nranks
+# Where the one-instance (symmetric) path must be taken, by hand: a schedule in which every rank does the
+# same thing shifted (no root; ring, direct, in-switch and hierarchical phases, not trees or XOR
+# partners) on a topology whose rank translations are automorphisms -- every flat kind but the torus
+# (its ranks are numbered x*Y + y, so rank + 1 is no symmetry) for the flat (1, N) grid, and the
+# two-tier fabrics for the hierarchical algorithm's (D, L) grid only.
+SYMMETRIC_ALGORITHMS = ("ring", "direct", "direct_oneshot", "direct_twoshot", "in_switch")
+
+
+def _symmetric_expected(topo, name, coll) -> bool:
+    if coll in (C.BROADCAST, C.REDUCE):
+        return False
+    family = name.split(":")[0]
+    if topo.domains > 1:
+        return family == "hierarchical"
+    return family in SYMMETRIC_ALGORITHMS and topo.kind != "torus2d"
+
+
+SYMMETRIC_CASES = [p for p in CASES if _symmetric_expected(*p.values)]
+
+
+def _spy(monkeypatch):
+    """Count the calls of each of the analytic engine's kernels."""
+    calls = {"symmetric": 0, "general": 0}
+    for key, attr in (("symmetric", "symmetric_kernel"), ("general", "analytic_kernel")):
+        real = getattr(analytic, attr)
+
+        def wrapper(*args, _real=real, _key=key):
+            calls[_key] += 1
+            return _real(*args)
+        monkeypatch.setattr(analytic, attr, wrapper)
+    return calls
+
+
+@pytest.mark.parametrize("topo,name,coll", SYMMETRIC_CASES)
+def test_one_instance_path_agrees_with_the_general_path(monkeypatch, topo, name, coll):
     s, _ = _compile(topo, name, coll, 1 << 20)
+    calls = _spy(monkeypatch)
     even = [s.layout.k * 64, s.layout.k * 4096]          # every chunk the same size
-    fast = analytic.run(s, topo, even, 4)
-    slow = analytic.run(s, topo, even, 4, symmetric=False)
+    fast = analytic.run(s, topo, even, 4, want_links=True)
+    assert calls == {"symmetric": 1, "general": 0}, "the one-instance path was not taken"
+    slow = analytic.run(s, topo, even, 4, want_links=True, symmetric=False)
+    assert calls == {"symmetric": 1, "general": 1}
     np.testing.assert_allclose(fast.time, slow.time, rtol=1e-12)
-    assert n == s.nranks
+    np.testing.assert_allclose(fast.link_bytes, slow.link_bytes, rtol=1e-12)
+
+
+@pytest.mark.parametrize("topo,name,coll", [p for p in CASES if not _symmetric_expected(*p.values)])
+def test_the_one_instance_path_is_refused_where_ranks_differ(monkeypatch, topo, name, coll):
+    s, _ = _compile(topo, name, coll, 1 << 20)
+    calls = _spy(monkeypatch)
+    analytic.run(s, topo, [s.layout.k * 64], 4)
+    assert calls == {"symmetric": 0, "general": 1}, "one-instance path taken: if that is right, extend " \
+        "_symmetric_expected (and the case is then compared with the general path)"

@@ -1,6 +1,7 @@
 """The packet engine: agreement with the analytic engine where nothing contends, and the effects the
 analytic engine cannot show where something does (docs/packet.md explains each number)."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -95,6 +96,28 @@ def test_store_and_forward_adds_one_packet_time_per_switch_per_step():
     assert saf - cut == pytest.approx(2 * (n - 1) * 4096 / 50e9, rel=1e-6)
 
 
+@pytest.mark.parametrize("npk", [1, 8])
+def test_a_fast_link_after_a_slow_one_waits_for_the_tail(npk):
+    """Rank 0 -> switch at 25 GB/s, switch -> rank 1 at 100 GB/s, 500 ns per link, cut-through, one
+    transfer of npk 4 KiB packets. By hand (t = 4096 B / 25 GB/s = 163.84 ns, f = 40.96 ns): the
+    uplink sends packet k over [k t, (k+1) t]; its head reaches the switch at k t + 500 ns, its tail
+    at (k+1) t + 500 ns. The fast downlink starts it on its head but cannot finish it before its
+    tail is in, so it finishes at (k+1) t + 500 ns (not k t + 500 ns + f) and packet k reaches rank 1
+    at (k+1) t + 1 us: the transfer takes npk t + 1 us = S / B_slow + 2 x 500 ns, as the analytic
+    engine says. Without the tail rule the last packet would land t - f = 122.88 ns early."""
+    topo = build_flat("slowfast", "switch", 2, 100e9, 500e-9)
+    up = int(np.flatnonzero((topo.link_src == 0) & (topo.link_dst == 2))[0])      # rank 0 -> the switch
+    bw = topo.link_bw.copy()
+    bw[up] = 25e9
+    topo = dataclasses.replace(topo, link_bw=bw)
+    assert topo.route(0, 1) == [up, int(np.flatnonzero((topo.link_src == 2) & (topo.link_dst == 1))[0])]
+    size = npk * 4096
+    want = size / 25e9 + 2 * 500e-9
+    a, p, _, _ = both("direct", "broadcast", topo, size)
+    assert p == pytest.approx(want, rel=1e-12)
+    assert a == pytest.approx(want, rel=1e-12)
+
+
 def test_the_packet_engine_is_deterministic():
     topo = build_hierarchical("tt", "switch", 4, 200e9, 300e-9, True, "fat_tree", 3, 50e9, 1e-6,
                               oversubscription=2)
@@ -127,14 +150,19 @@ def test_oversubscription_4_halves_alltoall_busbw_or_worse():
 
 def test_a_small_reduction_table_slows_in_switch_allreduce():
     """Little's law: E entries each held for about one hop latency plus a packet time let at most
-    E * mtu / (latency + mtu / B) through: 2 entries -> ~14 GB/s per rank instead of 50."""
-    default = both("in_switch", "all_reduce", switch8(), 64 * MIB)
-    small = both("in_switch", "all_reduce", switch8(packet=PacketParams(reduction_table_entries=2)), 64 * MIB)
+    E * mtu / (latency + mtu / B) through: 2 entries -> ~14 GB/s per rank instead of 50. The push form
+    passes every byte through the table once; NVLS (the default) reduces through it and multicasts
+    through it again, so it takes twice as long."""
+    small_table = switch8(packet=PacketParams(reduction_table_entries=2))
+    default = both("in_switch:mode=push", "all_reduce", switch8(), 64 * MIB)
+    small = both("in_switch:mode=push", "all_reduce", small_table, 64 * MIB)
     assert default[3]["table_stall_us"] == 0
     assert small[1] > 3 * default[1]
     assert small[3]["table_peak_entries"] == 2 and small[3]["table_stall_us"] > 0
     bound = 2 * 4096 / (500e-9 + 4096 / 50e9)                      # bytes/s through the table
     assert small[1] == pytest.approx(64 * MIB / bound, rel=0.1)
+    nvls = both("in_switch", "all_reduce", small_table, 64 * MIB)
+    assert nvls[1] == pytest.approx(2 * 64 * MIB / bound, rel=0.1)
 
 
 def test_few_message_engines_serialise_issue_overheads():

@@ -76,6 +76,23 @@ def test_broadcast_chain_pipelines():
     assert C.busbw_factor("broadcast", 8) == 1.0
 
 
+@pytest.mark.parametrize("P", [1, 3, 16])
+@pytest.mark.parametrize("coll", ["broadcast", "reduce"])
+def test_broadcast_chain_pays_one_alpha_per_hop_and_per_chunk(switch8, coll, P):
+    """The chain root -> root+1 -> ... (Reduce: the mirror image) by hand. Hop h sends chunk p once
+    chunk p has *arrived* from hop h-1 and its own chunk p-1 has arrived, and the hops of one wave use
+    different links, so every send takes alpha + c (c = S/(P B), alpha = 2 x 500 ns through the
+    switch) and chunk p arrives over hop h at (h + p + 1)(alpha + c): the last, p = P-1 over hop N-2,
+    at (N-2+P)(alpha + c). A chain that forwarded a chunk once it had only *left* the previous rank
+    would take (N-2) c + P (alpha + c), (N-2) alpha less: the zero-latency test above cannot tell."""
+    n, B, alpha = 8, 50e9, 2 * 500e-9
+    size = 4 * P * 1024 * 3                      # P chunks of equal size
+    want = (n - 2 + P) * (alpha + size / (P * B))
+    for root in (0, 5):
+        t = time_of(f"ring:chunks={P}", coll, switch8, size, root=root)
+        assert t == pytest.approx(want, rel=1e-12), (root, t, want)
+
+
 def pipelined_ring_reference(steps: int, P: int, alpha: float, chunk_time: float) -> float:
     """The pipelined ring by hand: chunk p of step s leaves once chunk p of step s-1 has arrived
     from upstream and my previous chunks have left; the chunks of one wave share my link."""

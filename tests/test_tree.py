@@ -99,11 +99,36 @@ def test_tree_allreduce_targets_on_eight_ranks(switch8):
     zero = build_flat("z", "switch", 8, B, 0.0)
     bw = busbw("tree", "all_reduce", zero, 1 << 30)
     assert 0.8 * 50 <= bw <= 50 * 7 / 8                # double binary tree ideal: B (N-1)/N = 43.75
-    assert bw == pytest.approx(43.75 * 64 / 65.5, rel=1e-9)       # measured: T = (P + 1.5) 2S/(P B), P = 64
+    assert bw == pytest.approx(43.75 * 64 / 65.5, rel=1e-9)       # P = 64: T = (P + 1.5) 2S/(P B), derived below
     t = time_of("tree", "all_reduce", switch8, 256)
     alpha = 2 * LAT
     assert 6 * alpha < t <= 6 * alpha + 6 * 2 * 256 / B           # 2H = 6 waves of (alpha + <= 2 S/B)
     assert t < time_of("ring", "all_reduce", switch8, 256)        # 14 us
+
+
+@pytest.mark.parametrize("P", [5, 16, 64])
+def test_double_tree_allreduce_at_zero_latency_by_hand(P):
+    """8 ranks, no latency, P chunks per tree: T = (4P + 6) tau = (P + 1.5) 2S/(P B), tau = S/(2P B)
+    the time of one chunk (S/2 per tree, cut into P) alone on a link.
+
+    Tree 0: 0 -> 4 -> {2, 6}, 2 -> {1, 3}, 6 -> {5, 7}; tree 1 its mirror r -> 7-r (7 -> 3 -> {5, 1},
+    5 -> {6, 4}, 1 -> {2, 0}). Chunk p leaves height h in wave p + h (reduce) and depth d in wave
+    p + 3 + d (broadcast); every dependency (children's chunk p, the edge's chunk p-1) is in the wave
+    before, so a path through the dependency graph has one transfer per wave, waves 0 .. P+4, and a
+    transfer takes (the most sharers of its wave on its uplink or downlink) x tau.
+    Upper bound, the busiest link of each wave: waves 0-2 (reduces only) 2 (a node's two children into
+    its downlink; every rank sends one reduce up); wave 3, 3 (4's downlink: 2 -> 4, 6 -> 4, 0 -> 4);
+    waves 4..P, 4 (4's uplink in wave 4: to 0, to 2, to 6, to 5; from wave 5 every rank but 0 and 7
+    has 4 on both its links; in wave P into 4: from 2, 6, 0 and 5); wave P+1, 3 (out of 4: to 0, 2,
+    6); waves P+2..P+4, 2 (broadcasts to two children). Sum: 3*2 + 3 + 4(P-3) + 3 + 3*2 = 4P + 6.
+    A path that meets it (P >= 5): 1 -> 2 chunks 0, 1, 2 (waves 0-2, 2 each), 2 -> 4 chunk 2 (wave 3,
+    3), 4 -> 0 chunk 2 (wave 4, 4), 0 -> 4 chunks 2 .. P-3 (waves 5..P, 4 each: into 4), 4 -> 2
+    chunks P-3, P-2, P-1 (waves P+1..P+3: 3, 2, 2), 2 -> 1 chunk P-1 (wave P+4, 2).
+    busbw = S/T x 2(N-1)/N = B (N-1)/N x P/(P + 1.5): 43.75 x 64/65.5 GB/s at P = 64."""
+    zero = build_flat("z", "switch", 8, B, 0.0)
+    size = 4 * 2 * P * 1024                     # 2P chunks of 1024 elements: all equal
+    want = (4 * P + 6) * size / (2 * P * B)
+    assert time_of(f"tree:chunks={P}", "all_reduce", zero, size) == pytest.approx(want, rel=1e-12)
 
 
 def test_more_chunks_approach_the_double_tree_bound():

@@ -121,7 +121,9 @@ def test_collective_traffic_follows_the_schedule():
     topo = load_topology("dgx-h100")
     S, n = 64 << 20, 8
     assert schedule_traffic(topo, "all_reduce", "ring", S, "bfloat16") == pytest.approx(5 * (n - 1) / n * S)
-    assert schedule_traffic(topo, "all_reduce", "in_switch", S, "bfloat16") == pytest.approx(2 * S)
+    assert schedule_traffic(topo, "all_reduce", "in_switch:mode=push", S, "bfloat16") == pytest.approx(2 * S)
+    # NVLS: S + S/N read (contributions, the reduced shard back out), S/N + S written (shard, multicast)
+    assert schedule_traffic(topo, "all_reduce", "in_switch", S, "bfloat16") == pytest.approx(2 * (1 + 1 / n) * S)
     assert schedule_traffic(topo, "reduce_scatter", "ring", S, "bfloat16") == pytest.approx(3 * (n - 1) / n * S)
 
 
@@ -145,10 +147,12 @@ def test_taking_more_compute_units_never_speeds_the_gemm():
 
 
 def _layer(variants, **extra):
-    # No chunking overheads: zero link latency and launch cost, unlimited memory bandwidth (so re-reading a
-    # GEMM's weights per chunk costs nothing); ring and a one-chunk in-switch schedule scale linearly in size.
+    # No chunking overheads: zero link latency, launch cost and per-collective protocol or in-switch latency,
+    # unlimited memory bandwidth (so re-reading a GEMM's weights per chunk costs nothing); ring and a
+    # one-chunk in-switch schedule scale linearly in size.
     return {"name": "layer", "kind": "tp_layer", "topology": "dgx-h100",
-            "set": ["latency=0", "endpoint.launch_overhead=0", "endpoint.memory_bandwidth=0"],
+            "set": ["latency=0", "endpoint.launch_overhead=0", "endpoint.memory_bandwidth=0", "endpoint.protocol=none",
+                    "endpoint.in_switch_latency=0"],
             "tokens": 4096, "hidden": 4096, "variant": variants, **extra}
 
 

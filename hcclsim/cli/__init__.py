@@ -20,6 +20,7 @@ from .plot import plot_cmd
 from .run import run_cmd
 from .sweep import sweep_cmd
 from .tune import tune_cmd
+from .validate import validate_cmd
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
@@ -42,6 +43,7 @@ cli.add_command(calibrate_cmd)
 cli.add_command(compare_cmd)
 cli.add_command(plot_cmd)
 cli.add_command(run_cmd)
+cli.add_command(validate_cmd)
 
 
 def _fail(message: str, status: int) -> int:

@@ -7,6 +7,7 @@ import click
 from ..core.errors import ConfigError
 from ..core.units import DTYPE_SIZE, parse_size
 from ..network.config import DEFAULT_PRESET
+from ..network.params import PROTOCOLS
 
 
 class SizeType(click.ParamType):
@@ -35,6 +36,9 @@ def grid_options(minbytes: str, factor: int):
                      help="Multiply the size by this factor from -b to -e."),
         click.option("-d", "--dtype", default="float32", show_default=True,
                      help=f"Element type: {', '.join(DTYPE_SIZE)}."),
+        click.option("--protocol", type=click.Choice(PROTOCOLS), default=None,
+                     help="Force the NCCL-like protocol (the endpoint's protocol: auto on GPU presets, picking the "
+                          "fastest per size; none on generic topologies). Same as --set endpoint.protocol=NAME."),
     ]
 
     def decorate(fn):
@@ -42,3 +46,8 @@ def grid_options(minbytes: str, factor: int):
             fn = option(fn)
         return fn
     return decorate
+
+
+def with_protocol(overrides, protocol) -> list[str]:
+    """--set items with --protocol's override last (so it wins)."""
+    return [*overrides, *([f"endpoint.protocol={protocol}"] if protocol else [])]

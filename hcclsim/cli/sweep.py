@@ -8,7 +8,7 @@ import click
 
 from ..core.errors import ConfigError
 from ..core.units import parse_time
-from ..engine.execution import LAUNCHES, Noise
+from ..engine.execution import Noise
 from ..network.config import load_topology
 from ..results.provenance import metadata
 from ..results.report import FORMATS, output_format, render_table, to_csv, to_json, write
@@ -16,7 +16,7 @@ from ..results.trace import write_trace
 from ..schedule import collectives as C
 from ..sweeping.sweep import parse_engines, size_grid, sweep
 from ._long import run as long_run
-from ._options import grid_options
+from ._options import grid_options, with_protocol
 
 
 @click.command("sweep")
@@ -34,9 +34,11 @@ from ._options import grid_options
 @click.option("--trace", "trace_file", metavar="FILE.json",
               help="Write a Chrome/Perfetto trace of one point (the first algorithm at the largest size) "
                    "simulated by the packet engine.")
-@click.option("--launch", type=click.Choice(LAUNCHES), default="host", show_default=True,
+@click.option("--launch", default="host", show_default=True, metavar="host|device|loop[:G]",
               help="host: each collective pays the endpoint's launch_overhead; device: launched ahead and released "
-                   "by a compute kernel (device-triggered), no launch on the critical path.")
+                   "by a compute kernel (device-triggered), no launch on the critical path; loop: back-to-back "
+                   "iterations as nccl-tests times them, the host's launches hidden behind the previous "
+                   "iteration; loop:G with one host thread launching for G GPUs (nccl-tests -g G).")
 @click.option("--iters", type=int, default=1, show_default=True, metavar="N",
               help="Iterations per point; with more than one (or with --skew/--jitter) rows get time_us_p50, _p75, "
                    "_p95, _min, _max and time_us is the p50.")
@@ -59,8 +61,8 @@ from ._options import grid_options
 @click.option("--scheduler", metavar="ADDRESS",
               help="The Dask scheduler of --executor dask, e.g. tcp://10.0.0.1:8786 (as `dask scheduler` prints).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar on stderr.")
-def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, factor, dtype, root, engine, stats,
-              trace_file, launch, iters, skew, jitter, seed, fmt, output, resume, jobs, executor, scheduler,
+def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, factor, dtype, protocol, root, engine,
+              stats, trace_file, launch, iters, skew, jitter, seed, fmt, output, resume, jobs, executor, scheduler,
               quiet):
     """Sweep message sizes for collectives and algorithms on one topology.
 
@@ -73,7 +75,8 @@ def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, fa
     """
     if output:
         output_format(output)
-    topo = load_topology(topology, list(overrides))
+    overrides = with_protocol(overrides, protocol)
+    topo = load_topology(topology, overrides)
     sizes = size_grid(minbytes, maxbytes, factor)
     colls = list(C.COLLECTIVES) if collective.strip() == "all" else [c for c in collective.split(",") if c.strip()]
     parse_engines(engine)

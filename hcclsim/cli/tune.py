@@ -12,8 +12,8 @@ from ..network.config import load_topology
 from ..results.provenance import metadata
 from ..results.report import FORMATS, output_format, render_tune, to_csv, to_json, write
 from ..schedule import collectives as C
-from ..sweeping.sweep import parse_engines, size_grid, sweep
-from ._options import grid_options
+from ..sweeping.sweep import LIBRARY, parse_engines, size_grid, sweep
+from ._options import grid_options, with_protocol
 
 
 @click.command("tune")
@@ -25,7 +25,7 @@ from ._options import grid_options
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
               help="What to print on stdout.")
 @click.option("-o", "--output", metavar="FILE", help="Also write the ranges to FILE (.csv, .json or .parquet).")
-def tune_cmd(topology, collective, overrides, minbytes, maxbytes, factor, dtype, engine, fmt, output):
+def tune_cmd(topology, collective, overrides, minbytes, maxbytes, factor, dtype, protocol, engine, fmt, output):
     """Find the fastest algorithm for each message-size range (every applicable algorithm is swept).
 
     \b
@@ -37,14 +37,15 @@ def tune_cmd(topology, collective, overrides, minbytes, maxbytes, factor, dtype,
         output_format(output)
     if len(parse_engines(engine)) != 1:
         raise ConfigError(f"--engine: tune compares algorithms on one engine, got {engine!r}")
-    topo = load_topology(topology, list(overrides))
+    overrides = with_protocol(overrides, protocol)
+    topo = load_topology(topology, overrides)
     sizes = size_grid(minbytes, maxbytes, factor)
     colls = list(C.COLLECTIVES) if collective.strip() == "all" else [c for c in collective.split(",") if c.strip()]
-    result = sweep(topo, colls, "all", sizes, dtype=dtype, engine=engine)
+    result = sweep(topo, colls, LIBRARY, sizes, dtype=dtype, engine=engine)
     for coll, algo, why in result.skipped:
         click.echo(f"hccl-bench: skipped {algo} for {coll} on {topo.name}: {why}", err=True)
     ranges = size_ranges(result.rows, engine)
-    meta = metadata(topo, collectives=colls, algorithm="all", sizes=sizes, dtype=dtype, engine=engine,
+    meta = metadata(topo, collectives=colls, algorithm=LIBRARY, sizes=sizes, dtype=dtype, engine=engine,
                     given={"topology": topology, "collective": collective, "overrides": list(overrides),
                            "minbytes": minbytes, "maxbytes": maxbytes, "factor": factor})
     if output:

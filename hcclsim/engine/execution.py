@@ -3,12 +3,16 @@
 An engine times a schedule's transfers on the network. This module puts that time on a device's
 timeline (docs/execution.md has the model and every rule's reasoning):
 
-* the topology the engines see (``device_topology``): the protocol's usable share of each link and
-  its extra latency per transfer, a hidden per-transfer issue cost taken off the transfers, and the
-  reduction throughput of where the collective runs (message engines, or the compute units);
+* the topology the engines see (``device_topology``): each link at the share of its peak the library
+  pushes (tier efficiency, protocol share, in-switch efficiency), a rank's rate capped by the channels
+  it runs on, the protocol's step latency per transfer, a hidden per-transfer issue cost taken off the
+  transfers, and the reduction throughput of where the collective runs;
+* the protocol (``protocols``, ``base_latency``): one, or with ``auto`` every one the library could
+  use, each size keeping the fastest;
 * host and control-core costs around the transfers (``overheads``): the host launch with
   ``--launch host`` (none with ``device``: the collective was launched ahead and a compute kernel
-  releases it through a semaphore); HCCL's graph generation and metadata copy per collective and the
+  releases it through a semaphore; with ``loop[:G]`` the back-to-back loop of nccl-tests, where G launches
+  per iteration overlap the previous iteration's device time); HCCL's graph generation and metadata copy per collective and the
   control core's scheduling per subgraph (one per channel a rank drives). An exposed cost adds to the
   time; costs listed in ``[endpoint] hidden`` are prepared while the previous collective runs, so in a
   stream of collectives each one takes max(its device time, the hidden costs);
@@ -16,7 +20,8 @@ timeline (docs/execution.md has the model and every rule's reasoning):
   and each transfer starts after an exponential delay of mean ``jitter``; an iteration's time runs
   from the first arrival to the last byte landing. Seeded, so runs repeat exactly.
 
-    time = launch + exposed host costs + max(engine time, hidden costs)
+    time = launch + exposed host costs + base latency + max(engine time, hidden costs)
+    loop:  time = max(that without the launch, G x launch_overhead)
 """
 
 from __future__ import annotations
@@ -27,25 +32,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.errors import ConfigError
+from ..network.params import WIRE_PROTOCOLS
 from ..network.topology import Topology
 from ..schedule.ir import F_CHAN, F_ID, F_IL, Schedule
 
-LAUNCHES = ("host", "device")
-
-# protocol -> (usable fraction of link bandwidth, extra seconds per transfer). NVIDIA NCCL's protocols as
-# its cost model describes them (NVIDIA/nccl v2.28 src/graph/tuning.cc): LL sends 8-byte lines of 4 data
-# bytes and a 4-byte flag, half the bandwidth (the model's "busBw * .5" for Ring/LL); LL128 carries 120
-# data bytes per 128-byte line (the model rounds it to 0.92); Simple uses the full bandwidth behind memory
-# fences. Latency per ring step on NVLink, hwLat[NVLINK][Ring] = {LL .6, LL128 1.9, Simple 3.4} us: the
-# presets' link latencies already stand for LL's step (dgx-h100 takes its 0.6 us path from it), so a
-# protocol adds its excess over LL. "none" is the ideal link the network model describes by itself.
-PROTOCOL_COSTS = {
-    "none": (1.0, 0.0),
-    "ll": (0.5, 0.0),
-    "ll128": (120.0 / 128.0, 1.9e-6 - 0.6e-6),
-    "simple": (1.0, 3.4e-6 - 0.6e-6),
-}
-
+LAUNCHES = ("host", "device", "loop")
 
 @dataclass(frozen=True)
 class Noise:
@@ -77,25 +68,95 @@ QUIET = Noise()
 
 
 def check_launch(launch: str) -> str:
-    if launch not in LAUNCHES:
-        raise ConfigError(f"--launch: expected one of: {', '.join(LAUNCHES)}, got {launch!r}")
+    """host, device, loop, or loop:G (G host launches per iteration: one thread driving G GPUs)."""
+    parse_launch(launch)
     return launch
 
 
-def device_topology(topo: Topology) -> Topology:
-    """The topology as the engines should see it under the endpoint's protocol and execution."""
-    if "device" in topo.cache:
-        return topo.cache["device"]
+def parse_launch(launch: str) -> tuple[str, int]:
+    """'loop:8' -> ('loop', 8); 'host' -> ('host', 1)."""
+    kind, _, gpus = str(launch).partition(":")
+    if kind not in LAUNCHES or (gpus and (kind != "loop" or not gpus.isdigit() or int(gpus) < 1)):
+        raise ConfigError(f"--launch: expected host, device, loop or loop:G (G >= 1 GPUs per host thread, "
+                          f"as nccl-tests' -g), got {launch!r}")
+    return kind, int(gpus or 1)
+
+
+def in_switch(schedule: Schedule) -> bool:
+    """Whether the schedule reduces or multicasts in a switch (it addresses nodes beyond the ranks)."""
+    return schedule.nnodes > schedule.nranks
+
+
+def protocols(topo: Topology, schedule: Schedule) -> tuple[str, ...]:
+    """The protocols to time a schedule with: the endpoint's, or every one the library could pick (auto).
+    In-switch collectives run Simple only, as NCCL's NVLS does (src/graph/tuning.cc:272-282)."""
+    p = topo.endpoint.protocol
+    if p != "auto":
+        return (p,)
+    return ("simple",) if in_switch(schedule) else WIRE_PROTOCOLS
+
+
+def channels_used(topo: Topology, protocol: str, size_bytes: np.ndarray) -> np.ndarray:
+    """Channels a collective of each size runs on: the endpoint's channels, less one while the message is
+    below channels x channel_bytes (NCCL's per-call reduction, src/enqueue.cc topoGetAlgoInfo); LL's
+    threshold grows with the rank count, as for NCCL's ring. 0 everywhere when channels are not modelled."""
     ep = topo.endpoint
-    share, extra = PROTOCOL_COSTS[ep.protocol]
+    size_bytes = np.asarray(size_bytes, np.float64)
+    if ep.channels == 0 or protocol == "none":
+        return np.zeros(len(size_bytes), np.int64)
+    per = getattr(ep, protocol).channel_bytes * (topo.nranks if protocol == "ll" else 1)
+    if per == 0:
+        return np.full(len(size_bytes), ep.channels, np.int64)
+    return np.clip(np.floor(size_bytes / per), 1, ep.channels).astype(np.int64)
+
+
+def rate_cap(topo: Topology, protocol: str, nchannels: int) -> float:
+    """Bytes/s a rank can inject under the protocol with that many channels (inf: no cap)."""
+    if protocol == "none":
+        return np.inf
+    proto = getattr(topo.endpoint, protocol)
+    cap = proto.bandwidth_cap or np.inf
+    if nchannels and proto.channel_bandwidth:
+        cap = min(cap, nchannels * proto.channel_bandwidth)
+    return cap
+
+
+def device_topology(topo: Topology, protocol: str | None = None, cap: float = np.inf,
+                    switch_ops: bool = False) -> Topology:
+    """The topology as the engines see it: each link at the share of its peak the library pushes (the tier's
+    efficiency, the protocol's share; in-switch operations at the switch's efficiency), links out of a rank
+    capped at what its channels inject, and the protocol's step latency and the issue overhead per transfer."""
+    protocol = topo.endpoint.protocol if protocol is None else protocol
+    key = ("device", protocol, cap, switch_ops)
+    if key in topo.cache:
+        return topo.cache[key]
+    ep = topo.endpoint
+    wire = None if protocol in ("none", "auto") else getattr(ep, protocol)
+    share = wire.share if wire else 1.0
+    # an in-switch collective's fixed latency stands for its steps too (NCCL: NVLS latency = intraLat)
+    extra = wire.step_latency if wire and not (switch_ops and ep.in_switch_latency) else 0.0
     issue = (0.0 if "issue_overhead" in ep.hidden else ep.issue_overhead) + extra
     reduce_bw = ep.sm_reduction_bandwidth if ep.execution == "sm" else ep.reduction_bandwidth
-    if (share, issue, reduce_bw) == (1.0, ep.issue_overhead, ep.reduction_bandwidth):
+    bw = topo.link_bw * np.array([t.packet.efficiency for t in topo.tiers])[topo.link_tier] * share
+    if switch_ops and ep.in_switch_efficiency != 1.0:
+        switches = np.unique(topo.reduce_switch[topo.reduce_switch >= 0])
+        bw = np.where(np.isin(topo.link_src, switches) | np.isin(topo.link_dst, switches),
+                      bw * ep.in_switch_efficiency, bw)
+    if np.isfinite(cap):
+        bw = np.where(topo.link_src < topo.nranks, np.minimum(bw, cap), bw)
+    lat = topo.link_lat
+    if wire and wire.net_step_latency and len(topo.tiers) > 1:
+        # every path between domains leaves its rank through exactly one NIC: charge the network's extra
+        # step latency on those links (rank -> scale-out switch)
+        nic_up = (topo.link_src < topo.nranks) & (topo.link_tier == 1)
+        lat = np.where(nic_up, lat + wire.net_step_latency, lat)
+    if np.array_equal(bw, topo.link_bw) and lat is topo.link_lat and \
+            (issue, reduce_bw) == (ep.issue_overhead, ep.reduction_bandwidth):
         out = topo
     else:
-        out = dataclasses.replace(topo, link_bw=topo.link_bw * share,
+        out = dataclasses.replace(topo, link_bw=bw, link_lat=lat,
                                   endpoint=dataclasses.replace(ep, issue_overhead=issue, reduction_bandwidth=reduce_bw))
-    topo.cache["device"] = out
+    topo.cache[key] = out
     return out
 
 
@@ -104,8 +165,17 @@ def channels(schedule: Schedule) -> int:
     return len(np.unique(schedule.tmpl[:, F_CHAN]))
 
 
+def base_latency(topo: Topology, schedule: Schedule, protocol: str) -> float:
+    """Seconds a collective costs once under the protocol: an in-switch collective's fixed latency (NVLS's
+    25 us in NCCL's model) or the protocol's base latency (kernel start-up and set-up)."""
+    if in_switch(schedule) and topo.endpoint.in_switch_latency:
+        return topo.endpoint.in_switch_latency
+    return 0.0 if protocol == "none" else getattr(topo.endpoint, protocol).base_latency
+
+
 def overheads(topo: Topology, schedule: Schedule, launch: str = "host") -> tuple[float, float]:
-    """(exposed seconds added to the time, hidden seconds that only the engine time can cover)."""
+    """(exposed seconds added to the time, hidden seconds that only the engine time can cover), beside the
+    protocol's base latency."""
     ep = topo.endpoint
     costs = {"graph_generation": ep.graph_generation, "metadata_copy": ep.metadata_copy,
              "subgraph_schedule": ep.subgraph_schedule * channels(schedule)}
@@ -114,30 +184,76 @@ def overheads(topo: Topology, schedule: Schedule, launch: str = "host") -> tuple
     if "issue_overhead" in ep.hidden:      # the control core prepares every work-queue element of a rank ahead
         per_rank = int((schedule.tmpl[:, F_ID] * schedule.tmpl[:, F_IL]).sum()) / schedule.nranks
         hidden += ep.issue_overhead * per_rank
-    launch_cost = ep.launch_overhead if check_launch(launch) == "host" else 0.0
+    launch_cost = ep.launch_overhead if parse_launch(launch)[0] == "host" else 0.0
     return launch_cost + exposed, hidden
 
 
-def run(engine_run, schedule: Schedule, topo: Topology, block_elems, dtype_size: int,
-        launch: str = "host", noise: Noise = QUIET):
-    """(seconds[iters, sizes], engine stats or None): the schedule timed by an engine, with the costs above."""
-    device = device_topology(topo)
-    exposed, hidden = overheads(topo, schedule, launch)
+def host_issue(topo: Topology, launch: str) -> float:
+    """Seconds the host spends launching one iteration of a back-to-back loop (--launch loop[:G]): G
+    launches from one thread (nccl-tests -g G), which the previous iteration's device time hides; 0 unless
+    loop."""
+    kind, gpus = parse_launch(launch)
+    return gpus * topo.endpoint.launch_overhead if kind == "loop" else 0.0
+
+
+def _timed(engine_run, schedule, device, block_elems, dtype_size, noise, nranks):
+    """(seconds[iters, sizes], stats) of the engine on one device topology, quiet or noisy."""
     if not noise.active:
         timing = engine_run(schedule, device, block_elems, dtype_size)
-        one = exposed + np.maximum(timing.time, hidden)
-        return np.tile(one, (noise.iters, 1)), timing.stats
+        return np.tile(timing.time, (noise.iters, 1)), timing.stats
     rng = np.random.default_rng(noise.seed)
-    out = np.empty((noise.iters, len(np.atleast_1d(block_elems))))
+    out = np.empty((noise.iters, len(block_elems)))
     stats = None
     for it in range(noise.iters):
-        release = rng.uniform(0.0, noise.skew, topo.nranks) if noise.skew > 0 else None
+        release = rng.uniform(0.0, noise.skew, nranks) if noise.skew > 0 else None
         seed = int(rng.integers(0, 2 ** 31 - 1))
         timing = engine_run(schedule, device, block_elems, dtype_size, release=release, jitter=noise.jitter,
                             seed=seed)
-        out[it] = exposed + np.maximum(timing.time, hidden)
+        out[it] = timing.time
         stats = stats or timing.stats          # counters of the first iteration
     return out, stats
+
+
+def run(engine_run, schedule: Schedule, topo: Topology, block_elems, dtype_size: int,
+        launch: str = "host", noise: Noise = QUIET, size_bytes=None):
+    """(seconds[iters, sizes], engine stats or None, protocol per size): the schedule timed by an engine with
+    the costs above. size_bytes (the nccl-tests size of each point) sets the channels a point runs on; with
+    protocol auto every protocol is timed and each size keeps the fastest (by the quiet time, as a tuner
+    decides from its model)."""
+    block_elems = np.atleast_1d(np.asarray(block_elems))
+    size_bytes = np.zeros(len(block_elems)) if size_bytes is None else np.asarray(size_bytes, np.float64)
+    exposed, hidden = overheads(topo, schedule, launch)
+    host = host_issue(topo, launch)
+    ops = in_switch(schedule)
+    best, best_quiet, names, stats = None, None, np.empty(len(block_elems), object), None
+    for proto in protocols(topo, schedule):
+        caps = np.array([rate_cap(topo, proto, int(c)) for c in channels_used(topo, proto, size_bytes)])
+        samples = np.empty((noise.iters, len(block_elems)))
+        quiet = np.empty(len(block_elems))
+        base = base_latency(topo, schedule, proto)
+        for cap in dict.fromkeys(caps.tolist()):
+            idx = np.flatnonzero(caps == cap)
+            device = device_topology(topo, proto, cap, ops)
+            got, st = _timed(engine_run, schedule, device, block_elems[idx], dtype_size, noise, topo.nranks)
+            samples[:, idx] = np.maximum(exposed + base + np.maximum(got, hidden), host)
+            quiet[idx] = samples[:, idx].mean(axis=0) if noise.active else samples[0, idx]
+            stats = _merge_stats(stats, st, idx, len(block_elems))
+        if best is None:
+            best, best_quiet = samples, quiet
+            names[:] = proto
+        else:
+            take = quiet < best_quiet
+            best[:, take], best_quiet[take], names[take] = samples[:, take], quiet[take], proto
+    return best, stats, names
+
+
+def _merge_stats(stats, new, idx, n):
+    if not new:
+        return stats
+    stats = stats or {k: np.full(n, np.nan) for k in new}
+    for k, v in new.items():
+        stats[k][idx] = v
+    return stats
 
 
 PERCENTILE_COLUMNS = ["time_us_p50", "time_us_p75", "time_us_p95", "time_us_min", "time_us_max"]

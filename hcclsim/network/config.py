@@ -19,17 +19,22 @@ from .params import (
     DEFAULT_PACKET,
     EXECUTIONS,
     HIDEABLE,
+    PROTOCOL_DEFAULTS,
     PROTOCOLS,
     SWITCHING,
+    WIRE_PROTOCOLS,
     Endpoint,
     PacketParams,
+    Protocol,
 )
 from .topology import FLAT_KINDS, SCALE_OUT_KINDS, Topology, build_flat, build_hierarchical
 
-PACKET_KEYS = {"mtu", "switching", "switch_buffer", "switch_latency", "reduction_table_entries"}
+PACKET_KEYS = {"mtu", "switching", "switch_buffer", "switch_latency", "reduction_table_entries", "efficiency"}
 ENDPOINT_KEYS = {"message_engines", "issue_overhead", "reduction_bandwidth", "launch_overhead", "graph_generation",
                  "metadata_copy", "subgraph_schedule", "hidden", "execution", "sm_share", "sm_reduction_bandwidth",
-                 "protocol", "peak_flops", "gemm_efficiency", "memory_bandwidth"}
+                 "protocol", "channels", "algorithms", "in_switch_latency", "in_switch_efficiency", "peak_flops", "gemm_efficiency",
+                 "memory_bandwidth", *WIRE_PROTOCOLS}
+PROTOCOL_KEYS = {"share", "step_latency", "net_step_latency", "base_latency", "bandwidth_cap", "channel_bandwidth", "channel_bytes"}
 FLAT_KEYS = {"description", "kind", "ranks", "bandwidth", "latency", "in_switch_reduce", "dims"} | PACKET_KEYS
 HIER_KEYS = {"description", "kind", "scale_up", "scale_out"}
 TOP_TABLES = ("topology", "endpoint")
@@ -80,10 +85,29 @@ def locate(ref: str, where: str = "--topology"):
                      "preset {}")
 
 
-def resolve(ref: str, where: str = "--topology") -> tuple[str, str, dict]:
-    """A preset name or a TOML path -> (name, label for messages, the parsed document)."""
+def resolve(ref: str, where: str = "--topology", seen: tuple = ()) -> tuple[str, str, dict]:
+    """A preset name or a TOML path -> (name, label for messages, the parsed document). A document with
+    ``extends = "PRESET"`` is that preset's document with its own tables merged over it, key by key."""
     name, label, path = locate(ref, where)
-    return name, label, read_toml(path, label)
+    doc = read_toml(path, label)
+    if "extends" not in doc:
+        return name, label, doc
+    base = doc.pop("extends")
+    if not isinstance(base, str) or not base.strip():
+        raise ConfigError(f"{label}: extends: expected the name of a preset or a TOML path, got {base!r}")
+    if base in seen or base == name:
+        raise ConfigError(f"{label}: extends: {base!r} extends itself (through {' -> '.join(seen + (name,))})")
+    _, _, parent = resolve(base, f"{label}: extends", seen + (name,))
+    return name, label, _merged(parent, doc)
+
+
+def _merged(base: dict, over: dict) -> dict:
+    """base with over's keys on top; tables merge recursively, everything else is replaced."""
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) \
+            else copy.deepcopy(value)
+    return out
 
 
 def parse_override(item: str) -> tuple[list[str], object]:
@@ -199,6 +223,8 @@ def build(doc: dict, name: str, label: str, overrides: list[str] = ()) -> Topolo
         if node is doc and "endpoint" not in doc:
             doc["endpoint"] = {}
         for part in path[:-1]:
+            if node is doc.get("endpoint") and part in WIRE_PROTOCOLS and part not in node:
+                node[part] = {}                      # --set endpoint.ll.share=...: the protocol's table
             if not isinstance(node.get(part), dict):
                 raise ConfigError(f"--set {'.'.join(path)}: there is no table {part!r} to set a key in")
             node = node[part]
@@ -262,7 +288,8 @@ def _packet(table: _Table) -> PacketParams:
                         switch_buffer=table.get("switch_buffer", _size(1), d.switch_buffer),
                         switch_latency=table.get("switch_latency", parse_time, d.switch_latency),
                         reduction_table_entries=table.get("reduction_table_entries", _int(1),
-                                                          d.reduction_table_entries))
+                                                          d.reduction_table_entries),
+                        efficiency=table.get("efficiency", _fraction(True), d.efficiency))
 
 
 def _endpoint(doc: dict, label: str, overridden: set[str]) -> Endpoint:
@@ -287,9 +314,43 @@ def _endpoint(doc: dict, label: str, overridden: set[str]) -> Endpoint:
         sm_share=table.get("sm_share", _fraction(False), d.sm_share),
         sm_reduction_bandwidth=table.get("sm_reduction_bandwidth", _bandwidth_or_zero, d.sm_reduction_bandwidth),
         protocol=table.get("protocol", _choice(PROTOCOLS, "protocol"), d.protocol),
+        channels=table.get("channels", _int(0), d.channels),
+        algorithms=table.get("algorithms", _algorithm_names, d.algorithms),
+        in_switch_latency=table.get("in_switch_latency", parse_time, d.in_switch_latency),
+        in_switch_efficiency=table.get("in_switch_efficiency", _fraction(True), d.in_switch_efficiency),
+        **{p: _protocol(table, p) for p in WIRE_PROTOCOLS},
         peak_flops=table.get("peak_flops", _flops_or_zero, d.peak_flops),
         gemm_efficiency=table.get("gemm_efficiency", _fraction(True), d.gemm_efficiency),
         memory_bandwidth=table.get("memory_bandwidth", _bandwidth_or_zero, d.memory_bandwidth))
+
+
+def _algorithm_names(v, where):
+    """A list of algorithm names for every collective, or a table of such lists per collective; as
+    ((collective or "*", (names...)), ...). Names are checked against the registry where they are used."""
+    def names(items, at):
+        items = [items] if isinstance(items, str) else items
+        if not isinstance(items, list) or not items or not all(isinstance(x, str) and x.strip() for x in items):
+            raise ConfigError(f"{at}: expected a list of algorithm names, e.g. [\"ring\", \"tree\"], got {items!r}")
+        return tuple(dict.fromkeys(x.strip() for x in items))
+    if isinstance(v, dict):
+        return tuple((str(k), names(x, f"{where}.{k}")) for k, x in v.items())
+    return (("*", names(v, where)),)
+
+
+def _protocol(endpoint: _Table, name: str) -> Protocol:
+    """One [endpoint.ll] / [endpoint.ll128] / [endpoint.simple] table over NCCL's defaults for it."""
+    d = PROTOCOL_DEFAULTS[name]
+    table = endpoint.sub(name, required=False)
+    if table is None:
+        return d
+    table.check_keys(PROTOCOL_KEYS)
+    return Protocol(share=table.get("share", _fraction(True), d.share),
+                    step_latency=table.get("step_latency", parse_time, d.step_latency),
+                    net_step_latency=table.get("net_step_latency", parse_time, d.net_step_latency),
+                    base_latency=table.get("base_latency", parse_time, d.base_latency),
+                    bandwidth_cap=table.get("bandwidth_cap", _bandwidth_or_zero, d.bandwidth_cap),
+                    channel_bandwidth=table.get("channel_bandwidth", _bandwidth_or_zero, d.channel_bandwidth),
+                    channel_bytes=table.get("channel_bytes", _int(0), d.channel_bytes))
 
 
 def _names(allowed):
@@ -341,7 +402,7 @@ def load_topology(ref: str = DEFAULT_PRESET, overrides: list[str] = ()) -> Topol
 def source_text(ref: str, where: str = "--topology") -> str:
     """The text of a preset or TOML file, after checking that it loads (to print, copy and edit)."""
     name, label, path = locate(ref, where)
-    build(read_toml(path, label), name, label)
+    build(resolve(ref, where)[2], name, label)
     return path.read_text(encoding="utf-8")
 
 

@@ -34,11 +34,56 @@ class PacketParams:
     # entries (4 MiB of partial sums at 4 KiB packets), enough not to limit 50-450 GB/s links at
     # microsecond round trips; CAIS studies the sensitivity to this bound.
     reduction_table_entries: int = 1024
+    # Fraction of the link's peak bandwidth a collective library actually pushes over it (read by the
+    # execution model, not the network): 1 for the ideal link; presets give NCCL's figure (docs/presets.md).
+    efficiency: float = 1.0
 
 
 EXECUTIONS = ("offload", "sm")
 HIDEABLE = ("graph_generation", "metadata_copy", "subgraph_schedule", "issue_overhead")
-PROTOCOLS = ("none", "ll", "ll128", "simple")
+WIRE_PROTOCOLS = ("ll", "ll128", "simple")
+PROTOCOLS = ("none", *WIRE_PROTOCOLS, "auto")
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How an NCCL-like library moves data under one protocol (the [endpoint.ll], [endpoint.ll128] and
+    [endpoint.simple] tables; docs/execution.md, "Protocols and channels").
+
+    The defaults are NVIDIA NCCL's own cost model (v2.28.9, src/graph/tuning.cc), the parts that do not
+    depend on the GPU generation; presets add their generation's caps. Per-protocol defaults: PROTOCOL_DEFAULTS.
+    """
+
+    share: float = 1.0                # fraction of a link's bandwidth that carries data
+    step_latency: float = 0.0         # s per transfer beyond the path's latency (a step's flag/fence cost)
+    net_step_latency: float = 0.0     # s more for a transfer that crosses the scale-out tier (network proxy)
+    base_latency: float = 0.0         # s per collective: kernel start-up and the protocol's set-up
+    bandwidth_cap: float = 0.0        # bytes/s a rank moves at most under this protocol (all channels); 0 = none
+    channel_bandwidth: float = 0.0    # bytes/s one channel (one thread block) moves at most; 0 = no limit
+    channel_bytes: int = 0            # a channel is dropped while the message is below channels x this; 0 = never
+
+
+# LL: 16-byte lines of 8 data bytes and 8 flag bytes (NCCL src/device.h ncclLLFifoLine) -- half the
+# bandwidth, the model's "busBw * .5" for Ring/LL (tuning.cc:304-312). LL128: 120 data bytes per 128-byte
+# line (device.h NCCL_LL128_DATAELEMS); NCCL's model uses 0.92 (tuning.cc:306). Simple: all of it, behind
+# memory fences. step_latency: NCCL's hwLat[NVLINK][Ring] = {LL .6, LL128 1.9, Simple 3.4} us per ring
+# step (tuning.cc:151-154) less the 0.6 us of an LL step that a GPU-to-GPU path already costs in the
+# presets (two 300 ns hops). base_latency: baseLat[Ring] = {6.6, 14, 8.4} us (tuning.cc:143-148).
+# channel_bytes: NCCL drops a channel while nBytes < nChannels x nThreads x threshold (src/enqueue.cc
+# topoGetAlgoInfo): threads {LL 512, LL128 640, Simple 512} x threshold {LL 8, LL128 8, Simple 64} bytes
+# (src/include/comm.h NCCL_LL_THREAD_THRESHOLD...; tuning.cc maxThreads).
+PROTOCOL_DEFAULTS = {
+    "ll": Protocol(share=0.5, step_latency=0.0, base_latency=6.6e-6, channel_bytes=512 * 8),
+    "ll128": Protocol(share=0.92, step_latency=1.3e-6, base_latency=14e-6, channel_bytes=640 * 8),
+    "simple": Protocol(share=1.0, step_latency=2.8e-6, base_latency=8.4e-6, channel_bytes=512 * 64),
+}
+# net_step_latency: NCCL's hwLat[NET][Ring] = {LL 2.7, LL128 4.0, Simple 14} us per inter-node step
+# (tuning.cc:163-166), less the 2.7 us an LL step already costs on the presets' scale-out path (two
+# 1.35 us hops) and less step_latency (which every transfer pays): LL 0, LL128 0, Simple 14 - 2.7 - 2.8.
+NET_STEP_DEFAULTS = {"ll": 0.0, "ll128": 0.0, "simple": 8.5e-6}
+PROTOCOL_DEFAULTS = {name: Protocol(**{**p.__dict__, "net_step_latency": NET_STEP_DEFAULTS[name]})
+                     for name, p in PROTOCOL_DEFAULTS.items()
+}
 
 
 @dataclass(frozen=True)
@@ -64,7 +109,14 @@ class Endpoint:
     execution: str = "offload"        # "offload": dedicated message engines; "sm": on the compute units
     sm_share: float = 0.0             # fraction of compute units an "sm" collective occupies while it runs
     sm_reduction_bandwidth: float = 0.0  # bytes/s an "sm" collective reduces on arrival; 0 = free
-    protocol: str = "none"            # NCCL-like protocol: none (ideal), ll, ll128, simple (hcclsim.engine.execution)
+    protocol: str = "none"            # none (the ideal link), ll, ll128, simple, or auto (the fastest per size)
+    channels: int = 0                 # channels (thread blocks) a collective runs on; 0 = no per-channel limits
+    ll: Protocol = PROTOCOL_DEFAULTS["ll"]
+    ll128: Protocol = PROTOCOL_DEFAULTS["ll128"]
+    simple: Protocol = PROTOCOL_DEFAULTS["simple"]
+    algorithms: tuple = ()            # the algorithms the collective library implements (auto, tune); () = all
+    in_switch_latency: float = 0.0    # s per collective that reduces or multicasts in a switch (NVLS)
+    in_switch_efficiency: float = 1.0  # fraction of link bandwidth an in-switch reduction/multicast reaches
     # -- the device's compute, for overlap (hcclsim.studies.workload) --
     peak_flops: float = 0.0           # FLOP/s of the compute units (dense, the GEMM's dtype); 0 = unknown
     gemm_efficiency: float = 1.0      # fraction of peak_flops a large GEMM reaches alone

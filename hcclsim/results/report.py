@@ -93,6 +93,9 @@ def render_table(df: pd.DataFrame, file=None) -> None:
                 t.add_column(col + suffix, justify="right")
         if many:
             t.add_column("ratio", justify="right")
+        protocol = "protocol" in part.columns and (part["protocol"] != "none").any()
+        if protocol:
+            t.add_column("protocol", justify="right")
         chosen = "chosen" in part.columns and algo == "auto"
         if chosen:
             t.add_column("chosen", justify="right")
@@ -107,6 +110,8 @@ def render_table(df: pd.DataFrame, file=None) -> None:
                     cells += [f"{r[c]:.2f}" for c in SPREAD_COLUMNS]
             if many:
                 cells.append(f"{by_engine[engines[-1]].iloc[i].time_us / row.time_us:.3f}" if row.time_us else "-")
+            if protocol:
+                cells.append(str(row.protocol))
             if chosen:
                 cells.append(str(row.chosen))
             t.add_row(*cells)

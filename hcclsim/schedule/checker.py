@@ -84,5 +84,9 @@ def check(schedule: Schedule, count_per_block: int, seed: int = 0, orders: int =
         bad = C.check_result(s.collective, n, lay, count_per_block, s.root, values, out)
         if bad:
             which = ["emitted", "mirrored"][k] if k < 2 else f"random #{k - 1}"
-            raise ScheduleError(f"{s.algorithm} {s.collective} on {n} ranks, {count_per_block} elements per "
-                                f"block, {which} order: {bad}")
+            where = f"{s.algorithm} {s.collective} on {n} ranks, {count_per_block} elements per block"
+            if k == 0:
+                raise ScheduleError(f"{where}, emitted order: {bad}")
+            raise ScheduleError(f"{where}: the result depends on the execution order (a race between transfers "
+                                f"the dependencies leave unordered): the emitted order computes the collective, "
+                                f"the {which} order does not: {bad}")

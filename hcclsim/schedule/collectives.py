@@ -69,6 +69,9 @@ def sizing(collective: str, requested_bytes: int, dtype_size: int, n: int) -> Si
 
 # ------------------------------------------------------------------------------- specs (checker)
 
+GARBAGE = -(10 ** 12)      # initial buffers hold this or less where they hold nothing meaningful
+
+
 def initial_buffers(collective: str, n: int, nnodes: int, layout: Layout, block_elems: int, root: int,
                     rng: np.random.Generator):
     """(values, IN, OUT, TMP): values[r] is rank r's data; buffers are int64[nnodes, total].
@@ -78,7 +81,7 @@ def initial_buffers(collective: str, n: int, nnodes: int, layout: Layout, block_
     """
     total = layout.nblocks * block_elems
     values = rng.integers(1, 1000, size=(n, total), dtype=np.int64)
-    garbage = -(10 ** 12) - np.arange(nnodes * total, dtype=np.int64).reshape(nnodes, total) * 1000
+    garbage = GARBAGE - np.arange(nnodes * total, dtype=np.int64).reshape(nnodes, total) * 1000
     inb, out, tmp = garbage.copy(), garbage.copy(), garbage.copy() - 7
     inb[n:], out[n:], tmp[n:] = 0, 0, 0     # switches: reduction tables start empty
     blk = _blocks(block_elems, layout.nblocks)
@@ -99,7 +102,9 @@ def initial_buffers(collective: str, n: int, nnodes: int, layout: Layout, block_
 
 def check_result(collective: str, n: int, layout: Layout, block_elems: int, root: int,
                  values: np.ndarray, out: np.ndarray) -> str | None:
-    """None when OUT holds the collective's result, else a one-line description of the first mismatch."""
+    """None when OUT holds the collective's result, else a one-line description of the first mismatch:
+    the rank, the chunk of its output buffer (and the block the chunk belongs to), the element within
+    the chunk, what it holds and what it should."""
     total_sum = values.sum(axis=0)
     blk = _blocks(block_elems, layout.nblocks)
     if collective == ALL_REDUCE:
@@ -114,11 +119,16 @@ def check_result(collective: str, n: int, layout: Layout, block_elems: int, root
         wants = [(r, blk[b], values[b, blk[b]]) for r in range(n) for b in range(n)]
     else:
         wants = [(j, blk[r], values[r, blk[j]]) for r in range(n) for j in range(n)]
+    off = layout.offsets(block_elems)
     for r, where, want in wants:
         got = out[r, where]
         if not np.array_equal(got, want):
             bad = int(np.argmax(got != want))
-            return f"rank {r}: element {bad} of the checked range is {got[bad]}, expected {want[bad]}"
+            pos = (where.start or 0) + bad                         # element of the whole buffer
+            chunk = int(np.searchsorted(off, pos, side="right")) - 1
+            held = f"{got[bad]}" + (" (garbage: an unwritten position)" if got[bad] <= GARBAGE // 2 else "")
+            return (f"rank {r}, chunk {chunk} (block {chunk // layout.k}), element {pos - off[chunk]} of the chunk: "
+                    f"holds {held}, expected {want[bad]}")
     return None
 
 

@@ -30,7 +30,7 @@ from ..schedule.algorithm import ALGORITHMS, Algorithm, Problem, load_all, parse
 from .best import best_per_size
 
 COLUMNS = ["collective", "algorithm", "topology", "ranks", "engine", "size_bytes", "count", "dtype", "root",
-           "time_us", "algbw_GBps", "busbw_GBps"]
+           "time_us", "algbw_GBps", "busbw_GBps", "protocol"]
 ENGINES = {"analytic": analytic.run, "packet": packet.run}
 STAT_COLUMNS = list(packet.STAT_NAMES)
 AUTO = "auto"
@@ -72,10 +72,31 @@ def split_auto(spec: str) -> tuple[str, bool]:
     return ",".join(t for t in tokens if t != AUTO), AUTO in tokens
 
 
-def algorithms_for(spec: str, collective: str) -> list[Algorithm]:
-    """'all' -> every registered algorithm implementing the collective; else the listed specs."""
+LIBRARY = "library"
+
+
+def library_algorithms(topology: Topology, collective: str) -> tuple[str, ...]:
+    """The endpoint's algorithms for this collective (its table's entry, or the list for all), checked."""
+    where = f"{topology.name}: endpoint.algorithms"
+    table = dict(topology.endpoint.algorithms)
+    for key, names in table.items():
+        if key != "*":
+            C.canonical(key, f"{where}.{key}")
+        for name in names:
+            ALGORITHMS.get(name, where)
+    by_name = {C.canonical(k): v for k, v in table.items() if k != "*"}
+    return by_name.get(collective, table.get("*", ()))
+
+
+def algorithms_for(spec: str, collective: str, topology: Topology | None = None) -> list[Algorithm]:
+    """'all' -> every registered algorithm implementing the collective; 'library' -> those of them the
+    topology's collective library implements (its endpoint's algorithms; all when it names none): what
+    `-a auto` and `tune` choose among; else the listed specs."""
     load_all()
-    if spec.strip() == "all":
+    if spec.strip() == LIBRARY and topology is not None and topology.endpoint.algorithms:
+        names = library_algorithms(topology, collective)
+        return [ALGORITHMS.get(name)() for name in names if collective in ALGORITHMS.get(name).collectives]
+    if spec.strip() in ("all", LIBRARY):
         return [cls() for name, cls in ALGORITHMS.items() if collective in cls.collectives]
     return [parse_spec(s) for s in spec.split(",") if s.strip()]
 
@@ -95,7 +116,7 @@ def metrics(collective: str, n: int, size_bytes: np.ndarray, seconds: np.ndarray
 
 def time_algorithm(algo: Algorithm, problem: Problem, sizes: list[int], dtype: str, engines=("analytic",),
                    launch: str = "host", noise: Noise = QUIET):
-    """(Sizing per size, {engine: (seconds[iters, sizes], stats per size)}) for one algorithm.
+    """(Sizing per size, {engine: (seconds[iters, sizes], stats per size, protocol per size)}) for one algorithm.
 
     Compiles once per structure key; every engine times the same schedules, on the device's timeline
     (hcclsim.engine.execution: launch, endpoint costs, noisy iterations)."""
@@ -103,15 +124,17 @@ def time_algorithm(algo: Algorithm, problem: Problem, sizes: list[int], dtype: s
     n = problem.nranks
     sizings = [C.sizing(problem.collective, s, ws, n) for s in sizes]
     keys = [algo.structure_key(problem, sz, ws) for sz in sizings]
-    out = {e: (np.zeros((noise.iters, len(sizes))), {c: np.full(len(sizes), np.nan) for c in STAT_COLUMNS})
-           for e in engines}
+    out = {e: (np.zeros((noise.iters, len(sizes))), {c: np.full(len(sizes), np.nan) for c in STAT_COLUMNS},
+               np.empty(len(sizes), object)) for e in engines}
     for key in dict.fromkeys(keys):
         idx = [i for i, k in enumerate(keys) if k == key]
         schedule = algo.compile(problem, key)
         for engine in engines:
-            samples, stats = run_engine(ENGINES[engine], schedule, problem.topology,
-                                        [sizings[i].block_elems for i in idx], ws, launch, noise)
+            samples, stats, protocols = run_engine(ENGINES[engine], schedule, problem.topology,
+                                                   [sizings[i].block_elems for i in idx], ws, launch, noise,
+                                                   [sizings[i].size_bytes for i in idx])
             out[engine][0][:, idx] = samples
+            out[engine][2][idx] = protocols
             for name, values in (stats or {}).items():
                 out[engine][1][name][idx] = values
     return sizings, out
@@ -129,7 +152,7 @@ class Context(NamedTuple):
     noise: Noise
 
 
-def _frame(ctx: Context, coll, label, sizings, engine_name, samples, counters):
+def _frame(ctx: Context, coll, label, sizings, engine_name, samples, counters, protocols):
     topology, dtype, root, stats = ctx.topology, ctx.dtype, ctx.root, ctx.stats
     size_bytes = np.array([s.size_bytes for s in sizings], np.float64)
     spread = summarize(samples)
@@ -139,7 +162,8 @@ def _frame(ctx: Context, coll, label, sizings, engine_name, samples, counters):
         "ranks": topology.nranks, "engine": engine_name, "size_bytes": size_bytes.astype(np.int64),
         "count": [s.count for s in sizings], "dtype": dtype,
         "root": root if coll in (C.BROADCAST, C.REDUCE) else -1,
-        **metrics(coll, topology.nranks, size_bytes, seconds), **spread, **(counters if stats else {})})
+        **metrics(coll, topology.nranks, size_bytes, seconds), "protocol": list(protocols), **spread,
+        **(counters if stats else {})})
 
 
 def columns(stats: bool = False, auto: bool = False, noise: Noise = QUIET) -> list[str]:
@@ -182,7 +206,7 @@ def run_unit(ctx: Context, unit: Unit) -> list[pd.DataFrame]:
     if unit.algorithm != AUTO:
         sizings, timed = time_algorithm(unit.algorithm, problem, sizes, dtype, engines, *how)
         return [_finish(ctx, _frame(ctx, coll, unit.label, sizings, e, *timed[e]), unit.label) for e in engines]
-    candidates = [a for a in algorithms_for("all", coll) if not a.unsupported(problem)]
+    candidates = [a for a in algorithms_for(LIBRARY, coll, topology) if not a.unsupported(problem)]
     timed = {a.label: (a, *time_algorithm(a, problem, sizes, dtype, ("analytic",), ctx.launch)) for a in candidates}
     sizings = next(iter(timed.values()))[1]
     scores = pd.concat([_frame(ctx, coll, label, sz, "analytic", *t["analytic"]) for label, (_, sz, t) in timed.items()])
@@ -192,6 +216,7 @@ def run_unit(ctx: Context, unit: Unit) -> list[pd.DataFrame]:
     for engine_name in engines:
         seconds = np.zeros((ctx.noise.iters, len(sizes)))
         counters = {c: np.full(len(sizes), np.nan) for c in STAT_COLUMNS}
+        protocols = np.empty(len(sizes), object)
         for label in dict.fromkeys(chosen):
             idx = [i for i, c in enumerate(chosen) if c == label]
             algo, _, t = timed[label]
@@ -200,11 +225,13 @@ def run_unit(ctx: Context, unit: Unit) -> list[pd.DataFrame]:
                 idx_t = slice(None)
             else:
                 idx_t = idx
-            sec, cnt = t[engine_name]
+            sec, cnt, prot = t[engine_name]
             seconds[:, idx] = sec[:, idx_t]
+            protocols[idx] = prot[idx_t]
             for c in STAT_COLUMNS:
                 counters[c][idx] = cnt[c][idx_t]
-        out.append(_finish(ctx, _frame(ctx, coll, AUTO, sizings, engine_name, seconds, counters), chosen))
+        out.append(_finish(ctx, _frame(ctx, coll, AUTO, sizings, engine_name, seconds, counters, protocols),
+                           chosen))
     return out
 
 
@@ -244,7 +271,7 @@ def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "al
     skipped, blocks = [], []           # blocks: (collective, algorithm) in the sweep's order
     for coll in [C.canonical(c) for c in collectives]:
         problem = Problem(coll, topology, root)
-        algos = algorithms_for(listed, coll) if listed else []
+        algos = algorithms_for(listed, coll, topology) if listed else []
         runnable = []
         for algo in algos:
             why = algo.unsupported(problem)
@@ -252,12 +279,12 @@ def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "al
                 skipped.append((coll, algo.label, why))
             else:
                 runnable.append(algo)
-        if not runnable and listed.strip() != "all" and len(algos) == 1 and not auto:
+        if not runnable and listed.strip() not in ("all", LIBRARY) and len(algos) == 1 and not auto:
             raise UnsupportedError(f"--algorithm: {algos[0].label} cannot run {coll} on {topology.name}: "
                                    f"{skipped[-1][2]}")
         blocks += [(coll, algo) for algo in runnable]
         if auto:
-            if any(not a.unsupported(problem) for a in algorithms_for("all", coll)):
+            if any(not a.unsupported(problem) for a in algorithms_for(LIBRARY, coll, topology)):
                 blocks.append((coll, AUTO))
             else:
                 skipped.append((coll, AUTO, "no algorithm can run it"))

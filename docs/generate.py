@@ -1,0 +1,417 @@
+"""Regenerate the numbers in docs/ from the code, or report where the committed docs drifted.
+
+    python docs/generate.py            # rewrite every generated block in docs/*.md, docs/studies/*.md
+    python docs/generate.py --check    # change nothing; list drifted blocks, exit status 1 if any
+
+A generated block sits between two HTML comments, either on lines of its own (a table, a code block)
+or inline in a sentence (one number)::
+
+    <!-- generated: switch8-allreduce -->
+    | size | winner | ... |
+    <!-- /generated -->
+
+    ... takes <!-- generated: time switch8 all_reduce ring 256 -->14.009<!-- /generated --> µs ...
+
+The first word after ``generated:`` names a function registered below with ``@block``; the other
+words are its arguments (strings). Every function calls the real code (``hcclsim.sweep``, the
+algorithms' option defaults and ``structure_key``), so a block can only hold what the code computes
+now. Results are cached per run: a block used in several places costs one computation.
+Hand-written figures (benchmark speeds, quoted paper numbers) stay outside blocks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import math
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+MARK = re.compile(r"<!-- generated: (?P<spec>[^>]*?) -->(?P<body>.*?)<!-- /generated -->", re.DOTALL)
+BLOCKS: dict[str, Callable[..., str]] = {}
+
+
+@dataclasses.dataclass(frozen=True)
+class Drift:
+    file: str           # relative to the repository root, e.g. docs/algorithms.md
+    block: str          # the block's spec as written, e.g. "time switch8 all_reduce ring 256"
+    committed: str
+    generated: str
+
+    def __str__(self) -> str:
+        return (f"{self.file}: block '{self.block}' differs from what the code computes now\n"
+                f"  committed: {self.committed.strip()[:300]!r}\n  generated: {self.generated.strip()[:300]!r}")
+
+
+def block(name: str):
+    """Register a block function under ``name``: it takes the block's arguments as strings and
+    returns the text to put between the markers."""
+    def deco(fn):
+        if name in BLOCKS:
+            raise ValueError(f"block {name!r} registered twice")
+        BLOCKS[name] = fn
+        return fn
+    return deco
+
+
+def doc_files() -> list[Path]:
+    return sorted(DOCS.glob("*.md")) + sorted(DOCS.glob("studies/*.md"))
+
+
+def generate(spec: str) -> str:
+    name, *args = spec.split()
+    if name not in BLOCKS:
+        raise KeyError(f"unknown generated block {name!r} (known: {', '.join(sorted(BLOCKS))})")
+    return BLOCKS[name](*args)
+
+
+def render(text: str) -> tuple[str, list[tuple[str, str, str]]]:
+    """The text with every block regenerated, and (spec, committed, generated) for each that changed."""
+    changed: list[tuple[str, str, str]] = []
+
+    def fill(m: re.Match) -> str:
+        spec, body = m["spec"].strip(), m["body"]
+        out = generate(spec)
+        new = f"\n{out.strip(chr(10))}\n" if body.startswith("\n") else out.strip()
+        if new != body:
+            changed.append((spec, body, new))
+        return f"<!-- generated: {spec} -->{new}<!-- /generated -->"
+
+    return MARK.sub(fill, text), changed
+
+
+def relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(DOCS.parent))
+    except ValueError:
+        return str(path)
+
+
+def check_text(text: str, file: str) -> list[Drift]:
+    """Drifted blocks of one document's text (the text is not changed)."""
+    return [Drift(file, spec, old, new) for spec, old, new in render(text)[1]]
+
+
+def run(files: list[Path], write: bool) -> list[Drift]:
+    drifts: list[Drift] = []
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        new, changed = render(text)
+        drifts += [Drift(relative(path), spec, old, gen) for spec, old, gen in changed]
+        if write and new != text:
+            path.write_text(new, encoding="utf-8")
+    return drifts
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="report drifted blocks, change nothing (exit 1 on drift)")
+    ap.add_argument("files", nargs="*", type=Path, help="markdown files (default: docs/*.md, docs/studies/*.md)")
+    args = ap.parse_args(argv)
+    files = args.files or doc_files()
+    drifts = run(files, write=not args.check)
+    for d in drifts:
+        print(d if args.check else f"updated {d.file}: {d.block}", file=sys.stderr)
+    return 1 if args.check and drifts else 0
+
+
+# --------------------------------------------------------------------------------------------------
+# Computations: each cached, so the blocks that share one (a table and the prose around it) pay once.
+
+@functools.cache
+def sweep(topology: str, collective: str, algorithm: str, sizes: tuple, engine: str = "analytic",
+          overrides: tuple = ()):
+    import hcclsim
+    return hcclsim.sweep(topology=topology, collective=collective, algorithm=algorithm, sizes=list(sizes),
+                         engine=engine, overrides=list(overrides))
+
+
+def row(topology: str, collective: str, algorithm: str, size: str, overrides: tuple = (), engine="analytic"):
+    df = sweep(topology, collective, algorithm, (size,), engine, overrides)
+    return df[df.engine == engine].iloc[0]
+
+
+@functools.cache
+def load_topology(topology: str, overrides: tuple = ()):
+    import hcclsim
+    return hcclsim.load_topology(topology, overrides=list(overrides))
+
+
+def structure_key(spec: str, collective: str, topology: str, size: str, overrides: tuple = ()):
+    from hcclsim.core.units import parse_size
+    from hcclsim.schedule import collectives as C
+    from hcclsim.schedule.algorithm import Problem, load_all, parse_spec
+    load_all()
+    topo = load_topology(topology, overrides)
+    algo = parse_spec(spec)
+    sizing = C.sizing(collective, parse_size(size), 4, topo.nranks)
+    return algo.structure_key(Problem(collective, topo), sizing, 4)
+
+
+def option_default(algorithm: str, option: str):
+    from hcclsim.schedule.algorithm import load_all
+    cls = load_all().get(algorithm)
+    return getattr(cls.Options(), option)
+
+
+def us(x: float) -> str:
+    """A time in µs as the docs print it: 3 decimals below 100 µs, else 6 significant digits."""
+    if x < 100:
+        return f"{x:.3f}"
+    return f"{x:.{max(0, 5 - len(str(int(x))) + 1)}f}"
+
+
+def gbps(x: float, digits: int = 2) -> str:
+    return f"{x:.{digits}f}"
+
+
+def human_size(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
+
+def splitopts(s: str) -> tuple:
+    """Overrides written in a block spec as a,b (no spaces); '-' for none."""
+    return () if s in ("-", "") else tuple(s.split(","))
+
+
+# Inline values ---------------------------------------------------------------------------------------
+
+@block("time")
+def _time(topology, collective, algorithm, size, overrides="-"):
+    """time_us of one point, analytic engine."""
+    return us(row(topology, collective, algorithm, size, splitopts(overrides)).time_us)
+
+
+@block("busbw")
+def _busbw(topology, collective, algorithm, size, overrides="-", digits="2"):
+    """busbw_GBps of one point, analytic engine."""
+    return gbps(row(topology, collective, algorithm, size, splitopts(overrides)).busbw_GBps, int(digits))
+
+
+@block("chunks")
+def _chunks(algorithm, collective, topology, size, overrides="-"):
+    """The pipeline chunk count an algorithm picks (its structure_key) at one size."""
+    return str(structure_key(algorithm, collective, topology, size, splitopts(overrides)))
+
+
+@block("default")
+def _default(algorithm, option):
+    """An algorithm option's default, sizes in KiB/MiB."""
+    v = option_default(algorithm, option)
+    return human_size(v) if option.endswith("size") else str(v)
+
+
+# algorithms.md: the switch8 AllReduce table ----------------------------------------------------------
+
+SWITCH8_SIZES = ("256", "64K", "1M", "64M", "1G")
+
+
+def _points(overrides: tuple = ()):
+    df = sweep("switch8", "all_reduce", "all", SWITCH8_SIZES, "analytic", overrides)
+    return {s: df[df.size_bytes == s].sort_values(["time_us", "algorithm"]) for s in sorted(set(df.size_bytes))}
+
+
+def _with_chunks(algorithm: str, size: int) -> str:
+    name = f"`{algorithm}`"
+    from hcclsim.schedule.algorithm import load_all
+    if "chunks" in {f.name for f in dataclasses.fields(load_all().get(algorithm).Options)}:
+        name += f" (P = {structure_key(algorithm, 'all_reduce', 'switch8', str(size))})"
+    return name
+
+
+@block("switch8-allreduce")
+def _switch8_allreduce():
+    lines = ["| size | winner | time | busbw | runner-up | ring | slowest |", "|---|---|---|---|---|---|---|"]
+    for size, pts in _points().items():
+        win, second, last = pts.iloc[0], pts.iloc[1], pts.iloc[-1]
+        ring = pts[pts.algorithm == "ring"].iloc[0]
+        slowest = "`ring`" if last.algorithm == "ring" else f"`{last.algorithm}` {us(last.time_us)}"
+        lines.append(f"| {human_size(size)} | {_with_chunks(win.algorithm, size)} | {us(win.time_us)} | "
+                     f"{gbps(win.busbw_GBps)} | `{second.algorithm}` {us(second.time_us)} | {us(ring.time_us)} | "
+                     f"{slowest} |")
+    return "\n".join(lines)
+
+
+def _runs(ranked, place: int) -> str:
+    """'`a` from X to Y, `b` at Z': the algorithm in ``place`` (0 fastest) at each size, as runs."""
+    runs: list[list] = []
+    for size, pts in ranked.items():
+        algo = pts.iloc[place].algorithm
+        if runs and runs[-1][0] == algo:
+            runs[-1][2] = size
+        else:
+            runs.append([algo, size, size])
+    return ", ".join(f"`{a}` " + (f"at {human_size(lo)}" if lo == hi else f"from {human_size(lo)} to {human_size(hi)}")
+                     for a, lo, hi in runs)
+
+
+@block("switch8-winners")
+def _switch8_winners(place="0", overrides="-"):
+    """Fastest (place 0) or second (1) AllReduce on switch8 over -b 256 -e 1G -f 4, as runs of sizes."""
+    df = sweep("switch8", "all_reduce", "all", tuple(str(256 << 2 * k) for k in range(12)), "analytic",
+               splitopts(overrides))
+    ranked = {s: df[df.size_bytes == s].sort_values(["time_us", "algorithm"]) for s in sorted(set(df.size_bytes))}
+    return _runs(ranked, int(place))
+
+
+# packet.md: analytic vs packet ------------------------------------------------------------------------
+
+def both_engines(topology, collective, algorithm, sizes: tuple, overrides: tuple):
+    df = sweep(topology, collective, algorithm, sizes, "analytic,packet", overrides)
+    p = df.pivot(index="size_bytes", columns="engine", values="time_us")
+    return p.assign(ratio=p["packet"] / p["analytic"])
+
+
+@block("engines")
+def _engines(topology, collective, algorithm, size, overrides="-"):
+    """'analytic X µs, packet Y µs' for one point."""
+    p = both_engines(topology, collective, algorithm, (size,), splitopts(overrides)).iloc[0]
+    return f"analytic {us(p.analytic)} µs, packet {us(p.packet)} µs"
+
+
+# Port buffers deep enough never to fill, so head-of-line blocking (its own row of the table) stays out.
+DEEP = ("scale_up.switch_buffer=1G", "scale_out.switch_buffer=1G")
+SHARING_SIZES = ("3M", "12M", "48M")
+SHARING_CASES = (("two-tier-128", "fat tree, 16 × 8", ()),
+                 ("two-tier-128", "fat tree, 4 × 8", ("scale_out.domains=4",)),
+                 ("h100-cluster", "rail, 16 × 8", ()))
+
+
+def _sharing():
+    out = []
+    for topology, what, ov in SHARING_CASES:
+        for algorithm in ("tree", "halving_doubling"):
+            out.append((topology, what, algorithm, both_engines(topology, "all_reduce", algorithm, SHARING_SIZES,
+                                                                ov + DEEP)))
+    return out
+
+
+def pct(r: float) -> str:
+    x = round((r - 1) * 100, 1)
+    return f"{x + 0.0:+.1f} %"     # + 0.0: no "-0.0"
+
+
+@block("sharing-gap")
+def _sharing_gap():
+    """packet / analytic time for tree and halving-doubling AllReduce on two-tier fabrics, deep buffers."""
+    head = " | ".join(human_size(int(s[:-1]) << 20) for s in SHARING_SIZES)
+    lines = [f"| topology | fabric | algorithm | {head} |", "|---|---|---|" + "---|" * len(SHARING_SIZES)]
+    for topology, what, algorithm, p in _sharing():
+        cells = " | ".join(pct(r) for r in p.ratio)
+        lines.append(f"| `{topology}` | {what} | `{algorithm}` | {cells} |")
+    return "\n".join(lines)
+
+
+@block("sharing-range")
+def _sharing_range(algorithm):
+    """'from A to B': the range of packet/analytic - 1 over the sharing-gap table for one algorithm."""
+    rs = [r for _, _, a, p in _sharing() if a == algorithm for r in p.ratio]
+    return f"{pct(min(rs))} to {pct(max(rs))}"
+
+
+# config.md: command lines and their output -----------------------------------------------------------
+
+@functools.cache
+def cli_output(args: tuple) -> str:
+    import contextlib
+    import io
+
+    from hcclsim.cli import main as cli_main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = cli_main(list(args))
+    if status != 0:
+        raise RuntimeError(f"hccl-bench {' '.join(args)}: exit status {status}: {err.getvalue().strip()}")
+    return out.getvalue()
+
+
+@block("cli")
+def _cli(*args):
+    """'$ hccl-bench ARGS' and its stdout, indented as a code block."""
+    lines = [f"$ hccl-bench {' '.join(args)}", *cli_output(args).rstrip("\n").splitlines()]
+    return "\n".join("    " + line for line in lines)
+
+
+@block("tune-first")
+def _tune_first(topology):
+    """'`algo` at every size from X (T µs) to Y' or the list of ranges, from the tuner on one topology."""
+    import hcclsim
+    t = hcclsim.tune(topology=topology, collective="all_reduce")
+    smallest = row(topology, "all_reduce", t.iloc[0].algorithm, str(int(t.iloc[0].min_size_bytes)))
+    ranges = ", ".join(f"`{r.algorithm}` from {human_size(int(r.min_size_bytes))} to {human_size(int(r.max_size_bytes))}"
+                       for r in t.itertuples())
+    return f"{ranges} ({human_size(int(t.iloc[0].min_size_bytes))}: {us(smallest.time_us)} µs)"
+
+
+@block("protocol-runs")
+def _protocol_runs(topology, collective, algorithm):
+    """'LL up to X, LL128 from Y to Z, Simple from W': the protocol auto picks over -b 8 -e 8G -f 2."""
+    sizes = tuple(8 << k for k in range(31))
+    df = sweep(topology, collective, algorithm, sizes)
+    runs = []
+    for size, proto in zip(df.size_bytes, df.protocol):
+        if runs and runs[-1][0] == proto:
+            runs[-1][2] = int(size)
+        else:
+            runs.append([proto, int(size), int(size)])
+    names = {"ll": "LL", "ll128": "LL128", "simple": "Simple", "none": "none"}
+    parts = []
+    for i, (proto, lo, hi) in enumerate(runs):
+        if i == 0:
+            parts.append(f"{names[proto]} up to {human_size(hi)}")
+        elif i == len(runs) - 1:
+            parts.append(f"{names[proto]} from {human_size(lo)}")
+        else:
+            parts.append(f"{names[proto]} from {human_size(lo)} to {human_size(hi)}")
+    return ", ".join(parts)
+
+
+@block("crossover")
+def _crossover(topology, collective, lo, hi, step):
+    """The first size in lo..hi (by step bytes) where -a auto changes algorithm: 'X MB (A to B)'."""
+    from hcclsim.core.units import parse_size
+    sizes = tuple(range(parse_size(lo), parse_size(hi) + 1, parse_size(step)))
+    df = sweep(topology, collective, "auto", sizes)
+    first = df.chosen.iloc[0]
+    for size, chosen in zip(df.size_bytes, df.chosen):
+        if chosen != first:
+            return f"{size / 1e6:.2f} MB ({first} to {chosen})"
+    return f"none between {lo} and {hi}"
+
+
+# validation.md: the band summary of `hccl-bench validate` ------------------------------------------------
+
+@functools.cache
+def validation():
+    from hcclsim.analysis import validate as V
+    return V.validate()
+
+
+@block("validation-summary")
+def _validation_summary():
+    """Every band with a tolerance, over the shipped validation files (skipped presets listed below it)."""
+    from hcclsim.analysis import validate as V
+    r = validation()
+
+    def pct(x):
+        return "" if math.isnan(x) else f"{x * 100:+.1f} %"
+
+    lines = ["| preset | case | band | metric | points | mean abs error | checked | worst checked | tolerance | status |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for s in r.summary[r.summary.status != V.INFO].itertuples(index=False):
+        lines.append(f"| `{s.preset}` | {s.case} | {V.BAND_LABELS[s.band]} | {s.metric} | {s.points} | "
+                     f"{s.mean_abs_error * 100:.1f} % | {s.checked} | {pct(s.worst_checked_error)} | {s.tolerance * 100:.0f} % | "
+                     f"{s.status} |")
+    lines += ["", *(f"Skipped: `{v}`{' ' + c if c else ''}: {why}." for v, c, why in r.skipped)]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
