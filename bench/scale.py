@@ -114,7 +114,7 @@ def _warm_up(algo_spec: str) -> None:
     """Load (or compile, on a cold cache) every Numba kernel the point will call."""
     from hcclsim.engine import analytic
 
-    for topo, spec in ((flat_topology(8), "ring"), (two_tier_topology(2 * LOCAL), "ring"),
+    for topo, spec in ((flat_topology(8), "ring"), (two_tier_topology(2 * LOCAL), "ring:rails=off"),
                        (two_tier_topology(2 * LOCAL), algo_spec)):
         algo, problem, sizing, key = _compile(spec, topo)
         analytic.run(algo.compile(problem, key), topo, [sizing.block_elems], DTYPE_SIZE)
@@ -173,7 +173,8 @@ def plan() -> tuple[list[tuple[str, str, int, str]], list[str]]:
     notes = [f"two-tier algorithm: {tier_algo or 'none registered -- two-tier symmetric points skipped'} ({why})"]
     if tier_algo:
         points += [("two-tier", "two-tier", n, tier_algo) for n in TIER_NS]
-    points += [("two-tier, flat ring", "two-tier", n, "ring") for n in GENERAL_NS]
+    points += [("two-tier, flat ring", "two-tier", n, "ring:rails=off") for n in GENERAL_NS]
+    points += [("two-tier, rail rings", "two-tier", n, "ring") for n in GENERAL_NS]
     return points, notes
 
 
