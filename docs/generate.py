@@ -98,8 +98,10 @@ def check_text(text: str, file: str) -> list[Drift]:
 
 def run(files: list[Path], write: bool) -> list[Drift]:
     drifts: list[Drift] = []
+    texts = {path: path.read_text(encoding="utf-8") for path in files}
+    prefetch([p for p in study_sections(texts.values()) if p not in FRAMES and p not in PREFETCHED])
     for path in files:
-        text = path.read_text(encoding="utf-8")
+        text = texts[path]
         new, changed = render(text)
         drifts += [Drift(relative(path), spec, old, gen) for spec, old, gen in changed]
         if write and new != text:
@@ -111,7 +113,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="report drifted blocks, change nothing (exit 1 on drift)")
     ap.add_argument("files", nargs="*", type=Path, help="markdown files (default: docs/*.md, docs/studies/*.md)")
+    ap.add_argument("--frames-to", metavar="DIR", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.frames_to:
+        return write_frames(args.frames_to, [str(f) for f in args.files])
     files = args.files or doc_files()
     drifts = run(files, write=not args.check)
     for d in drifts:
@@ -411,6 +416,360 @@ def _validation_summary():
                      f"{s.status} |")
     lines += ["", *(f"Skipped: `{v}`{' ' + c if c else ''}: {why}." for v, c, why in r.skipped)]
     return "\n".join(lines)
+
+
+# docs/studies/*.md: the scenarios' tables ---------------------------------------------------------------
+#
+# A study block names a scenario and one of its sections and runs that section as `hccl-bench run` does
+# (hcclsim.studies.study.run_section), once per generator run; the rest of its words pick rows and format:
+#
+#   study SCENARIO SECTION COLUMN FILTER...               one value (the filters must leave exactly one row)
+#   study-ratio SCENARIO SECTION COLUMN FILTER... / FILTER...   COLUMN of the first row over the second's
+#   study-table SCENARIO SECTION rows=A,B [cols=C] values=V,W FILTER...   a pivot of the section's rows
+#
+# FILTER is KEY=VALUE on a column of the section's table: VALUE as the table holds it, with `+` for a space
+# and `|` between alternatives (size_bytes also takes sizes: `size_bytes=1M|1G`). Options: fmt=.2f or
+# fmt=COL:.1f,COL:.2f (Python format specs; `pct` on study-ratio prints the ratio as "+x.x %", `x` as
+# "1.23×", diff the difference), from=X (study: X minus the value), bold<X (study-table: bold the cells below X),
+# head=a|b|c (study-table: the header, `+` for a space), sec=NAME (study-ratio, after `/`: the second row
+# from another section of the same scenario).
+
+STUDY_OPTIONS = ("rows", "cols", "values", "fmt", "head", "from", "sec")
+COLLECTIVE_NAMES = {"all_reduce": "AllReduce", "all_gather": "AllGather", "reduce_scatter": "ReduceScatter",
+                    "all_to_all": "AllToAll", "broadcast": "Broadcast", "reduce": "Reduce"}
+
+
+@functools.cache
+def scenario(name: str):
+    from hcclsim.studies import scenario as S
+    return S.load(name)
+
+
+FRAMES: dict = {}
+
+
+def study_frame(name: str, section: str):
+    """The table `hccl-bench run NAME` writes to results/NAME/SECTION.csv (cached per run, like sweep)."""
+    if (name, section) not in FRAMES:
+        if (name, section) in PREFETCHED:
+            FRAMES[name, section] = PREFETCHED.pop((name, section))()
+        else:
+            from hcclsim.studies import study as R
+            sections = {s.name: s for s in scenario(name).sections}
+            if section not in sections:
+                raise KeyError(f"scenario {name!r} has no section {section!r} (it has: {', '.join(sections)})")
+            FRAMES[name, section] = R.run_section(sections[section]).frame
+    return FRAMES[name, section]
+
+
+def _cell_matches(cell, want: str) -> bool:
+    if isinstance(cell, (bool, np_bool())):
+        return str(bool(cell)).lower() == want.lower()
+    if isinstance(cell, str):
+        return cell == want
+    try:
+        return float(cell) == float(want)
+    except ValueError:
+        from hcclsim.core.units import parse_size
+        return float(cell) == parse_size(want)
+
+
+def np_bool():
+    import numpy as np
+    return np.bool_
+
+
+def _split_args(args) -> tuple[dict, dict]:
+    """(filters, options) from KEY=VALUE words (bold<X is the option 'bold')."""
+    filters, options = {}, {}
+    for a in args:
+        if a.startswith("bold<"):
+            options["bold"] = float(a[5:])
+            continue
+        key, sep, value = a.partition("=")
+        if not sep:
+            raise ValueError(f"study block argument {a!r}: expected KEY=VALUE")
+        (options if key in STUDY_OPTIONS else filters)[key] = value.replace("+", " ")
+    return filters, options
+
+
+def _select(frame, filters: dict):
+    for key, value in filters.items():
+        if key not in frame.columns:
+            raise KeyError(f"no column {key!r} (columns: {', '.join(frame.columns)})")
+        wants = value.split("|")
+        frame = frame[[any(_cell_matches(c, w) for w in wants) for c in frame[key]]]
+    return frame
+
+
+def _one(frame, filters: dict, what: str):
+    rows = _select(frame, filters)
+    if len(rows) != 1:
+        raise ValueError(f"{what}: {len(rows)} rows match {filters} (expected 1)")
+    return rows.iloc[0]
+
+
+def _formats(spec: str | None, columns, default: str = ".2f") -> dict:
+    out = {c: default for c in columns}
+    for part in (spec or "").split(","):
+        if not part:
+            continue
+        col, sep, f = part.rpartition(":")
+        if sep:
+            out[col] = f
+        else:
+            out = {c: f for c in columns}
+    return out
+
+
+def _label(column: str, value) -> str:
+    """A table cell naming a row or a column: sizes in KiB/MiB, collectives by name, algorithms as code."""
+    if column == "size_bytes":
+        return human_size(int(value))
+    if column == "collective":
+        return COLLECTIVE_NAMES.get(value, value)
+    if column in ("algorithm", "variant"):
+        return f"`{value}`"
+    if isinstance(value, (bool, np_bool())):
+        return "yes" if value else "no"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+@block("study")
+def _study(name, section, column, *args):
+    """One value of a scenario section's table."""
+    filters, options = _split_args(args)
+    v = float(_one(study_frame(name, section), filters, f"{name} {section}")[column])
+    if "from" in options:
+        v = float(options["from"]) - v
+    return format(v, _formats(options.get("fmt"), [column])[column])
+
+
+@block("study-ratio")
+def _study_ratio(name, section, column, *args):
+    """COLUMN of one row over COLUMN of another ('/' between their filters): '1.07', '+1.6 %' or '1.07×'."""
+    if "/" not in args:
+        raise ValueError("study-ratio: filters of the two rows separated by '/'")
+    cut = args.index("/")
+    fa, oa = _split_args(args[:cut])
+    fb, ob = _split_args(args[cut + 1:])
+    a = float(_one(study_frame(name, section), fa, f"{name} {section}")[column])
+    other = ob.get("sec", section)
+    b = float(_one(study_frame(name, other), fb, f"{name} {other}")[column])
+    how = oa.get("fmt") or ob.get("fmt") or ".2f"
+    if how == "pct":
+        return pct(a / b)
+    if how == "x":
+        return f"{a / b:.2f}×"
+    if how.startswith("diff"):                  # diff or diff.1f: the difference a - b
+        return format(a - b, how[4:] or ".0f")
+    return format(a / b, how)
+
+
+@block("study-time")
+def _study_time(name, section, collective, algorithm, size, launch="host"):
+    """One collective's time (µs) on a section's topology with its `set` overrides, as a workload section's
+    collectives are timed (hcclsim.sweep, host launch unless given)."""
+    raw = next(s for s in scenario(name).sections if s.name == section).raw
+    import hcclsim
+    df = hcclsim.sweep(topology=raw.get("topology", "dgx-h100"), collective=collective, algorithm=algorithm,
+                       sizes=[size], dtype=raw.get("dtype", "bfloat16"), overrides=list(raw.get("set", [])),
+                       launch=launch)
+    return f"{float(df.iloc[0].time_us):.0f}"
+
+
+def _order(frame, columns) -> list:
+    """Distinct combinations of ``columns`` in the order each value first appears in the table."""
+    ranks = {c: {v: i for i, v in enumerate(dict.fromkeys(frame[c].astype(str)))} for c in columns}
+    keys = dict.fromkeys(tuple(str(x) for x in r) for r in frame[list(columns)].itertuples(index=False))
+    return sorted(keys, key=lambda k: tuple(ranks[c][v] for c, v in zip(columns, k)))
+
+
+@block("study-table")
+def _study_table(name, section, *args):
+    """A pivot of a section's table: a row per combination of `rows`, a cell per `cols` value and `values`
+    column; row labels repeated from the row above are left blank."""
+    filters, options = _split_args(args)
+    frame = _select(study_frame(name, section), filters)
+    if frame.empty:
+        raise ValueError(f"{name} {section}: no rows match {filters}")
+    rows = options["rows"].split(",")
+    values = options["values"].split(",")
+    cols = options["cols"].split(",") if options.get("cols") else []
+    fmts = _formats(options.get("fmt"), values)
+    strs = frame.astype(str)
+    col_keys = _order(frame, cols) if cols else [()]
+    first = {c: frame[c].iloc[[list(strs[c]).index(v) for v in dict.fromkeys(strs[c])]].tolist() for c in cols}
+    col_label = {c: dict(zip(dict.fromkeys(strs[c]), first[c])) for c in cols}
+
+    def head_of(ck, v):
+        parts = [_label(c, col_label[c][x]) for c, x in zip(cols, ck)]
+        return " ".join(parts + ([v] if len(values) > 1 or not cols else []))
+
+    head = options["head"].split("|") if "head" in options else \
+        rows + [head_of(ck, v) for ck in col_keys for v in values]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    previous = None
+    for rk in _order(frame, rows):
+        mask = (strs[rows] == list(rk)).all(axis=1)
+        part, pstrs = frame[mask], strs[mask]
+        originals = part.iloc[0][rows].tolist()
+        labels = [_label(c, v) for c, v in zip(rows, originals)]
+        shown = list(labels)
+        if previous:
+            for i, (a, b) in enumerate(zip(labels, previous)):
+                if a != b:
+                    break
+                shown[i] = ""
+        previous = labels
+        cells = []
+        for ck in col_keys:
+            sel = part[(pstrs[cols] == list(ck)).all(axis=1)] if cols else part
+            for v in values:
+                if sel.empty:
+                    cells.append("–")
+                    continue
+                if len(sel) != 1:
+                    raise ValueError(f"{name} {section}: {len(sel)} rows for {dict(zip(rows, rk))} {ck} (expected 1)")
+                x = float(sel.iloc[0][v])
+                text = format(x, fmts[v])
+                cells.append(f"**{text}**" if "bold" in options and x < options["bold"] else text)
+        lines.append("| " + " | ".join(shown + cells) + " |")
+    return "\n".join(lines)
+
+
+def _replay_sections(name, sections):
+    return [(s, study_frame(name, s)) for s in sections]
+
+
+@block("replay-totals")
+def _replay_totals(name, *sections):
+    """A replay's totals side by side: auto, best_fixed (+% over auto), every algorithm covering all ops
+    (× auto), then the others, with how many ops each covers."""
+    frames = _replay_sections(name, sections)
+    nops = {s: int(f[f.kind == "op"].op.nunique()) for s, f in frames}
+    totals = {s: f[f.kind == "total"].set_index("algorithm") for s, f in frames}
+    first = totals[sections[0]]
+    full = [a for a in first.index if a not in ("auto", "best_fixed") and first.ops_covered[a] == nops[sections[0]]]
+    rest = sorted((a for a in first.index if a not in ("auto", "best_fixed", *full)),
+                  key=lambda a: first.total_us[a])
+    lines = ["| algorithm | " + " | ".join(f"{s} µs | ops" for s in sections) + " |",
+             "|---|" + "---|---|" * len(sections)]
+    for algo in ["auto", "best_fixed", *full, *rest]:
+        cells = []
+        for s in sections:
+            t = totals[s]
+            if algo not in t.index:
+                cells += ["–", "–"]
+                continue
+            v, auto = float(t.total_us[algo]), float(t.total_us["auto"])
+            text = f"{v:.1f}"
+            if algo == "auto":
+                text = f"**{text}**"
+            elif algo == "best_fixed":
+                text += f" ({pct(v / auto)})"
+            elif algo in full:
+                text += f" ({v / auto:.1f}×)"
+            cells += [text, str(int(t.ops_covered[algo]))]
+        lines.append(f"| `{algo}` | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+@block("replay-chosen")
+def _replay_chosen(name, *sections):
+    """Per op: what auto chose in each section and its time per call (µs)."""
+    frames = _replay_sections(name, sections)
+    autos = {s: f[(f.kind == "op") & (f.algorithm == "auto")].set_index("op") for s, f in frames}
+    base = autos[sections[0]]
+    lines = ["| op | label | size | " + " | ".join(f"{s} | µs" for s in sections) + " |",
+             "|---|---|---|" + "---|---|" * len(sections)]
+    for op, r in base.iterrows():
+        cells = []
+        for s in sections:
+            a = autos[s].loc[op]
+            cells += [f"`{a.chosen}`", f"{float(a.time_us):.2f}"]
+        lines.append(f"| {op} | {r.label} | {human_size(int(r.size_bytes))} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+@block("replay-op")
+def _replay_op(name, section, algorithm, op, column="time_us", fmt=".2f"):
+    """One op's row of a replay for one algorithm: its time per call (or another column)."""
+    f = study_frame(name, section)
+    r = _one(f[f.kind == "op"], {"algorithm": algorithm, "op": op}, f"{name} {section}")
+    return format(float(r[column]), fmt)
+
+
+@block("replay-total")
+def _replay_total(name, section, algorithm, fmt=".1f"):
+    f = study_frame(name, section)
+    return format(float(_one(f[f.kind == "total"], {"algorithm": algorithm}, f"{name} {section}").total_us), fmt)
+
+
+@block("endpoint")
+def _endpoint(topology, field, unit="us"):
+    """A preset's [endpoint] value: launch_overhead in µs, ..."""
+    v = getattr(load_topology(topology).endpoint, field)
+    return f"{v * 1e6:g}" if unit == "us" else f"{v:g}"
+
+
+# Studies run in a second process while this one computes the other blocks (the machine has at least two
+# cores in CI; the study sections take ~15 s, the validation block ~20 s): `run` starts it, study_frame
+# takes the frames from it. A failure there is raised here, where the block asks for its frame.
+PREFETCHED: dict = {}
+
+
+def study_sections(texts) -> list[tuple[str, str]]:
+    """(scenario, section) of every study block in the texts, in order, once."""
+    found = []
+    for text in texts:
+        for m in MARK.finditer(text):
+            name, *args = m["spec"].split()
+            if name.startswith(("study", "replay-")) and name != "study-time":
+                found.append((args[0], args[1]))
+                if name in ("replay-totals", "replay-chosen"):
+                    found += [(args[0], s) for s in args[2:]]
+                if "/" in args:
+                    found += [(args[0], a[4:]) for a in args if a.startswith("sec=")]
+    return list(dict.fromkeys(found))
+
+
+def prefetch(pairs) -> None:
+    import os
+    import pickle
+    import subprocess
+    import tempfile
+    if len(pairs) < 2 or (os.cpu_count() or 1) < 2:
+        return
+    out = Path(tempfile.mkdtemp(prefix="docs-studies-"))
+    proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--frames-to", str(out),
+                             *(f"{n}:{s}" for n, s in pairs)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def take(n, s):
+        def get():
+            err = proc.communicate()[1] if proc.returncode is None else b""
+            path = out / f"{n}+{s}.pkl"
+            if not path.is_file():
+                raise RuntimeError(f"computing {n} {s} in the study process failed: {err.decode()[-2000:]}")
+            frame = pickle.loads(path.read_bytes())
+            path.unlink()
+            if not any(out.iterdir()):
+                out.rmdir()
+            return frame
+        return get
+    for n, s in pairs:
+        PREFETCHED[(n, s)] = take(n, s)
+
+
+def write_frames(out: str, pairs) -> int:
+    """--frames-to: compute the study sections and pickle each (the second process of prefetch)."""
+    import pickle
+    for pair in pairs:
+        n, _, s = pair.partition(":")
+        (Path(out) / f"{n}+{s}.pkl").write_bytes(pickle.dumps(study_frame(n, s)))
+    return 0
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ def test_committed_docs_match_the_code():
 def test_every_doc_with_numbers_has_generated_blocks():
     with_blocks = {p.name for p in gen.doc_files() if gen.MARK.search(p.read_text(encoding="utf-8"))}
     assert {"algorithms.md", "packet.md", "config.md"} <= with_blocks
+    studies = {p.name for p in (ROOT / "docs" / "studies").glob("*.md")} - {"README.md"}
+    assert studies <= with_blocks, "a study page quotes `hccl-bench run` numbers without generated blocks"
 
 
 def _doc(*specs) -> str:
@@ -78,6 +80,35 @@ def test_rewrite_then_check_is_clean(tmp_path):
     text = doc.read_text()
     assert "chunks of <!-- generated: default ring chunk_size -->128 KiB<!-- /generated --> each" in text
     assert "<!-- generated: chunks tree all_reduce switch8 1M -->\n8\n<!-- /generated -->" in text  # 1 MiB / 128 KiB
+
+
+STUDY = """[scenario]
+title = "t"
+reproduces = "r"
+
+[[sweep]]
+name = "s"
+topology = "switch8"
+algorithms = ["ring", "direct_twoshot"]
+sizes = ["1K", "1M"]
+"""
+
+
+def test_study_blocks_read_a_scenario_section(tmp_path):
+    """docs/studies/*.md: one value, a ratio of two rows and a pivot, from `hccl-bench run`'s table."""
+    path = tmp_path / "study.toml"
+    path.write_text(STUDY, encoding="utf-8")
+    frame = gen.study_frame(str(path), "s")
+    ring = frame[(frame.algorithm == "ring") & (frame.size_bytes == 1 << 20)].time_us.iloc[0]
+    two = frame[(frame.algorithm == "direct_twoshot") & (frame.size_bytes == 1 << 20)].time_us.iloc[0]
+    assert gen.generate(f"study {path} s time_us algorithm=ring size_bytes=1M fmt=.3f") == f"{ring:.3f}"
+    assert gen.generate(f"study-ratio {path} s time_us algorithm=ring size_bytes=1M / "
+                        f"algorithm=direct_twoshot size_bytes=1M") == f"{ring / two:.2f}"
+    table = gen.generate(f"study-table {path} s rows=algorithm cols=size_bytes values=time_us fmt=.3f")
+    assert table.splitlines()[0] == "| algorithm | 1 KiB | 1 MiB |"
+    assert "| `ring` | " in table and f"{ring:.3f} |" in table
+    with pytest.raises(ValueError, match="2 rows match"):
+        gen.generate(f"study {path} s time_us algorithm=ring")
 
 
 # Closed forms stated in docs/ that no other test checks in full ----------------------------------------
