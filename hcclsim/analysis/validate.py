@@ -18,6 +18,7 @@ Measurements validate, they never tune: sources a constant was estimated from ar
 from __future__ import annotations
 
 import csv
+import functools
 import math
 import re
 import tomllib
@@ -486,9 +487,17 @@ def resolve(names=(), directory=None) -> list[tuple[Validation, bool]]:
     return out
 
 
+@functools.lru_cache(maxsize=64)
+def _run_cached(v: Validation, explicit: bool) -> Result:
+    """run_validation, once per (validation file as loaded, explicit) in a process: a validation file is
+    frozen data and the model is the code, so `validate` and the docs' summary share one run."""
+    return run_validation(v, explicit)
+
+
 def validate(names=(), directory=None) -> Result:
     """Run the named (or all) validations; points and band summaries of every case, skips and exclusions."""
-    parts = [run_validation(v, explicit) for v, explicit in resolve(names, directory)]
+    # explicit only matters for a preset that is not available (an error instead of a skip)
+    parts = [_run_cached(v, explicit and not available(v.preset)) for v, explicit in resolve(names, directory)]
     frames = [p for p in parts if not p.points.empty]
     return Result(pd.concat([p.points for p in frames], ignore_index=True) if frames else pd.DataFrame(),
                   pd.concat([p.summary for p in frames], ignore_index=True) if frames else pd.DataFrame(),
