@@ -117,28 +117,32 @@ class Ring(Algorithm):
         b = ScheduleBuilder(coll, self.label, n, (1, n), layout)
         steps = _steps(coll, n)
         tid: dict[tuple[int, int, int], int] = {}   # (step index, chunk, channel) -> template
-        for w in range(len(steps) + P - 1):         # wave w: chunk p of step w - p, for every p
-            g = b.next_group()
-            for p in range(P):
-                s_idx = w - p
-                if not 0 <= s_idx < len(steps):
-                    continue
-                ph, s = steps[s_idx]
-                for c in range(chans):
-                    d = 1 if c % 2 == 0 else -1
-                    offset = -d * (s + 1) if ph == "rs" else -d * s     # block sent by rank j: (j + offset) mod n
-                    chunk = rot(1, offset, n, weight=k, base=c * P + p)
-                    deps = []
-                    if s_idx > 0:
-                        up = tid[(s_idx - 1, p, c)]
-                        deps.append((up, 0, 0, -d))                    # the chunk arrived from my upstream
-                        deps.append(order(up))                         # my own previous send of it has left
-                    if p > 0:
-                        deps.append(order(tid[(s_idx, p - 1, c)]))     # the channel sends a step's chunks in order
-                    tid[(s_idx, p, c)] = b.op(src=rank_of(1, n), dst=rank_of(1, n, 0, d), schunk=chunk, group=g,
-                                              inst=(1, n), kind=PUT_REDUCE if ph == "rs" else PUT, chan=c,
-                                              deps=deps)
+        for g, s_idx, p, ph, s in _waves(b, steps, P):
+            for c in range(chans):
+                d = 1 if c % 2 == 0 else -1
+                offset = -d * (s + 1) if ph == "rs" else -d * s     # block sent by rank j: (j + offset) mod n
+                chunk = rot(1, offset, n, weight=k, base=c * P + p)
+                deps = []
+                if s_idx > 0:
+                    up = tid[(s_idx - 1, p, c)]
+                    deps.append((up, 0, 0, -d))                    # the chunk arrived from my upstream
+                    deps.append(order(up))                         # my own previous send of it has left
+                if p > 0:
+                    deps.append(order(tid[(s_idx, p - 1, c)]))     # the channel sends a step's chunks in order
+                tid[(s_idx, p, c)] = b.op(src=rank_of(1, n), dst=rank_of(1, n, 0, d), schunk=chunk, group=g,
+                                          inst=(1, n), kind=PUT_REDUCE if ph == "rs" else PUT, chan=c,
+                                          deps=deps)
         return b.build()
+
+
+def _waves(b: ScheduleBuilder, steps: list, P: int):
+    """(group, step index, chunk, phase, step) of every wave w, a group each: chunk p of step w - p for
+    every p (the pipeline: a channel's chunks of one step leave in order, one step behind each other)."""
+    for w in range(len(steps) + P - 1):
+        g = b.next_group()
+        for p in range(P):
+            if 0 <= w - p < len(steps):
+                yield (g, w - p, p, *steps[w - p])
 
 
 def _steps(coll: str, n: int) -> list[tuple[str, int]]:
@@ -205,28 +209,22 @@ def _rail_rings(b: ScheduleBuilder, coll: str, D: int, L: int, chans: int, P: in
     k = chans * P
     steps = _steps(coll, D * L)
     tid: dict[tuple[int, int, int, int], int] = {}     # (step index, chunk, channel, j) -> template
-    for w in range(len(steps) + P - 1):                 # wave w: chunk p of step w - p, for every p
-        g = b.next_group()
-        for p in range(P):
-            s_idx = w - p
-            if not 0 <= s_idx < len(steps):
-                continue
-            ph, s = steps[s_idx]
-            for c in range(chans):
-                o, d = rail_order(D, L, c)
-                back = -d * (s + 1) if ph == "rs" else -d * s
-                for j in range(L):
-                    deps = []
-                    if s_idx > 0:
-                        di, uj = divmod(j - d, L)              # my upstream: position j - d (domain i + di)
-                        deps.append((tid[(s_idx - 1, p, c, uj)], DEP_SHIFT, di, 0))
-                        deps.append(order(tid[(s_idx - 1, p, c, j)]))
-                    if p > 0:
-                        deps.append(order(tid[(s_idx, p - 1, c, j)]))
-                    tid[(s_idx, p, c, j)] = b.op(
-                        src=rail_rank(D, L, o, j), dst=rail_rank(D, L, o, j, d),
-                        schunk=_scaled(rail_rank(D, L, o, j, back), k, c * P + p), group=g, inst=(D, 1),
-                        kind=PUT_REDUCE if ph == "rs" else PUT, chan=c, deps=deps)
+    for g, s_idx, p, ph, s in _waves(b, steps, P):
+        for c in range(chans):
+            o, d = rail_order(D, L, c)
+            back = -d * (s + 1) if ph == "rs" else -d * s
+            for j in range(L):
+                deps = []
+                if s_idx > 0:
+                    di, uj = divmod(j - d, L)              # my upstream: position j - d (domain i + di)
+                    deps.append((tid[(s_idx - 1, p, c, uj)], DEP_SHIFT, di, 0))
+                    deps.append(order(tid[(s_idx - 1, p, c, j)]))
+                if p > 0:
+                    deps.append(order(tid[(s_idx, p - 1, c, j)]))
+                tid[(s_idx, p, c, j)] = b.op(
+                    src=rail_rank(D, L, o, j), dst=rail_rank(D, L, o, j, d),
+                    schunk=_scaled(rail_rank(D, L, o, j, back), k, c * P + p), group=g, inst=(D, 1),
+                    kind=PUT_REDUCE if ph == "rs" else PUT, chan=c, deps=deps)
 
 
 def _chain(problem: Problem, label: str, P: int):
