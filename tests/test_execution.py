@@ -351,3 +351,16 @@ def test_endpoint_table_in_a_file(tmp_path):
     assert dataclasses.asdict(ep) == {**dataclasses.asdict(Endpoint()), "launch_overhead": 4e-6,
                                       "hidden": ("metadata_copy",), "execution": "sm", "sm_share": 0.15,
                                       "peak_flops": 989e12}
+
+
+def test_auto_reports_the_counters_of_the_protocol_it_kept():
+    """With protocol auto the packet engine's counters are those of the protocol each size kept: equal to a
+    run with that protocol forced (LL at 1 KiB, Simple at 64 MiB on this switch, by the closed forms above)."""
+    sizes = [1 << 10, 64 * MIB]
+    s = compile_for("ring", "all_reduce", switch(protocol="auto"), 1 << 10)
+    blocks = [C.sizing("all_reduce", x, 4, N).block_elems for x in sizes]
+    _, auto_stats, names = run_exec(packet.run, s, switch(protocol="auto"), blocks, 4, "host", QUIET, sizes)
+    assert list(names) == ["ll", "simple"]
+    for i, proto in enumerate(names):
+        _, forced, _ = run_exec(packet.run, s, switch(protocol=proto), [blocks[i]], 4, "host", QUIET, [sizes[i]])
+        assert {k: v[i] for k, v in auto_stats.items()} == {k: v[0] for k, v in forced.items()}

@@ -218,32 +218,34 @@ def run(engine_run, schedule: Schedule, topo: Topology, block_elems, dtype_size:
         launch: str = "host", noise: Noise = QUIET, size_bytes=None):
     """(seconds[iters, sizes], engine stats or None, protocol per size): the schedule timed by an engine with
     the costs above. size_bytes (the nccl-tests size of each point) sets the channels a point runs on; with
-    protocol auto every protocol is timed and each size keeps the fastest (by the quiet time, as a tuner
-    decides from its model)."""
+    protocol auto every protocol is timed and each size keeps the fastest (by its mean time over the
+    iterations: the quiet time when there is no noise), with that protocol's engine counters."""
     block_elems = np.atleast_1d(np.asarray(block_elems))
     size_bytes = np.zeros(len(block_elems)) if size_bytes is None else np.asarray(size_bytes, np.float64)
     exposed, hidden = overheads(topo, schedule, launch)
     host = host_issue(topo, launch)
     ops = in_switch(schedule)
-    best, best_quiet, names, stats = None, None, np.empty(len(block_elems), object), None
+    best, best_mean, names, stats = None, None, np.empty(len(block_elems), object), None
     for proto in protocols(topo, schedule):
         caps = np.array([rate_cap(topo, proto, int(c)) for c in channels_used(topo, proto, size_bytes)])
         samples = np.empty((noise.iters, len(block_elems)))
-        quiet = np.empty(len(block_elems))
         base = base_latency(topo, schedule, proto)
+        proto_stats = None
         for cap in dict.fromkeys(caps.tolist()):
             idx = np.flatnonzero(caps == cap)
             device = device_topology(topo, proto, cap, ops)
             got, st = _timed(engine_run, schedule, device, block_elems[idx], dtype_size, noise, topo.nranks)
             samples[:, idx] = np.maximum(exposed + base + np.maximum(got, hidden), host)
-            quiet[idx] = samples[:, idx].mean(axis=0) if noise.active else samples[0, idx]
-            stats = _merge_stats(stats, st, idx, len(block_elems))
+            proto_stats = _merge_stats(proto_stats, st, np.arange(len(block_elems))[idx], len(block_elems))
+        mean = samples.mean(axis=0)
+        take = np.ones(len(block_elems), bool) if best is None else mean < best_mean
         if best is None:
-            best, best_quiet = samples, quiet
-            names[:] = proto
-        else:
-            take = quiet < best_quiet
-            best[:, take], best_quiet[take], names[take] = samples[:, take], quiet[take], proto
+            best, best_mean = samples.copy(), mean.copy()
+        best[:, take], best_mean[take], names[take] = samples[:, take], mean[take], proto
+        if proto_stats:
+            stats = stats or {k: np.full(len(block_elems), np.nan) for k in proto_stats}
+            for k, v in proto_stats.items():
+                stats[k][take] = v[take]
     return best, stats, names
 
 
