@@ -18,7 +18,8 @@ from hcclsim.schedule.collectives import COLLECTIVES
 from hcclsim.sweeping.best import best_per_size
 from hcclsim.sweeping.sweep import COLUMNS, LIBRARY, size_grid, sweep
 
-TUNE_HEADER = "collective,min_size_bytes,max_size_bytes,algorithm,runner_up,margin,points,topology,ranks,engine,dtype"
+TUNE_HEADER = ("collective,min_size_bytes,max_size_bytes,algorithm,protocol,runner_up,margin,points,topology,ranks,"
+               "engine,dtype")
 GIB = 1 << 30
 LATENCY_OPTIMAL = {"direct_oneshot", "in_switch", "halving_doubling"}
 
@@ -97,12 +98,14 @@ def check_ranges(rows: pd.DataFrame, ranges: pd.DataFrame):
         assert (part.min_size_bytes.values[1:] > part.max_size_bytes.values[:-1]).all()       # ordered, disjoint
         for prev, nxt in zip(part.max_size_bytes.values[:-1], part.min_size_bytes.values[1:], strict=True):
             assert swept.index(nxt) == swept.index(prev) + 1                                  # no swept size skipped
-        assert (part.algorithm.values[1:] != part.algorithm.values[:-1]).all()               # maximal runs
+        pick = (part.algorithm + "/" + part.protocol).values                                # NCCL-like: the pair
+        assert (pick[1:] != pick[:-1]).all()                                                 # maximal runs
         assert part.points.sum() == len(swept)
         for r in part.itertuples(index=False):
             inside = [s for s in swept if r.min_size_bytes <= s <= r.max_size_bytes]
             assert len(inside) == r.points
             assert set(winners.loc[inside, "algorithm"]) == {r.algorithm}
+            assert set(winners.loc[inside, "protocol"]) == {r.protocol}
             # margin: brute force, the worst case of (second fastest / fastest - 1) over the range
             at = rows[(rows.collective == coll) & rows.size_bytes.isin(inside)]
             margins = []
@@ -212,6 +215,9 @@ def test_dgx_h100_tunes_an_ll_ring_small_and_nvls_large_as_nccls_model_does():
     auto = sweep(topo, ["all_reduce"], "auto", sizes).rows.set_index("size_bytes")
     assert auto.chosen.tolist() == ["ring"] * 4 + ["in_switch"] * 3
     assert auto.protocol.tolist() == ["ll"] * 4 + ["simple"] * 3
+    ranges = size_ranges(sweep(topo, ["all_reduce"], LIBRARY, sizes).rows)          # what `tune` prints
+    assert list(zip(ranges.algorithm, ranges.protocol)) == [("ring", "ll"), ("in_switch", "simple")]
+    assert (ranges.max_size_bytes.iloc[0], ranges.min_size_bytes.iloc[1]) == (1 << 20, 2 << 20)
 
 
 # ------------------------------------------------------------------------------------- sweep -a auto

@@ -13,13 +13,15 @@ import pandas as pd
 
 from ..sweeping.best import best_per_size
 
-TUNE_COLUMNS = ["collective", "min_size_bytes", "max_size_bytes", "algorithm", "runner_up", "margin", "points",
+TUNE_COLUMNS = ["collective", "min_size_bytes", "max_size_bytes", "algorithm", "protocol", "runner_up", "margin",
+                "points",
                 "topology", "ranks", "engine", "dtype"]
 
 
 def size_ranges(rows: pd.DataFrame, engine: str | None = None) -> pd.DataFrame:
     """The tuner table (TUNE_COLUMNS): one row per maximal run of consecutive swept sizes with the same
-    fastest algorithm, per collective, in size order. Ranges cover exactly the swept sizes; `points` is
+    fastest algorithm and protocol (as NCCL's tuner picks an (algorithm, protocol) pair), per collective,
+    in size order. Ranges cover exactly the swept sizes; `points` is
     how many swept sizes a range holds."""
     if rows.empty:
         return pd.DataFrame(columns=TUNE_COLUMNS)
@@ -28,7 +30,8 @@ def size_ranges(rows: pd.DataFrame, engine: str | None = None) -> pd.DataFrame:
     best = best_per_size(rows, engine)
     out = []
     for coll, part in best.groupby("collective", sort=False):
-        run = (part["algorithm"] != part["algorithm"].shift()).cumsum()
+        pick = part["algorithm"] + "/" + part["protocol"]
+        run = (pick != pick.shift()).cumsum()
         for _, r in part.groupby(run, sort=True):
             scored = r[r["runner_up"] != ""]
             if len(scored):
@@ -37,7 +40,7 @@ def size_ranges(rows: pd.DataFrame, engine: str | None = None) -> pd.DataFrame:
             else:
                 runner, margin = "", math.nan
             out.append([coll, int(r["size_bytes"].iloc[0]), int(r["size_bytes"].iloc[-1]), r["algorithm"].iloc[0],
-                        runner, margin, len(r), first["topology"], int(first["ranks"]), engine, first["dtype"]])
+                        r["protocol"].iloc[0], runner, margin, len(r), first["topology"], int(first["ranks"]), engine, first["dtype"]])
     return pd.DataFrame(out, columns=TUNE_COLUMNS)
 
 

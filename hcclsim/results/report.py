@@ -141,13 +141,13 @@ def render_tune(ranges: pd.DataFrame, file=None) -> None:
         first = part.iloc[0]
         t = Table(title=f"{coll} · best algorithm per size range · {first.topology} ({first.ranks} ranks) · "
                         f"{first.engine}", title_justify="left", box=None, header_style="bold")
-        for col in ("min size (B)", "max size (B)", "", "algorithm", "runner-up", "margin", "sizes"):
+        for col in ("min size (B)", "max size (B)", "", "algorithm", "protocol", "runner-up", "margin", "sizes"):
             t.add_column(col, justify="right")
         for row in part.itertuples(index=False):
             runner, margin = (row.runner_up, f"{row.margin:+.1%}") if row.runner_up else ("-", "-")
             t.add_row(str(row.min_size_bytes), str(row.max_size_bytes),
                       f"{format_size(row.min_size_bytes)}-{format_size(row.max_size_bytes)}", row.algorithm,
-                      runner, margin, str(row.points))
+                      row.protocol, runner, margin, str(row.points))
         con.print(t)
         con.print()
 

@@ -1,7 +1,8 @@
 """The fastest algorithm per message size, from sweep rows: the rule `sweep -a auto`, the sweep table's
 "fastest algorithm per size" and `hccl-bench tune` (hcclsim.analysis.tune) share, so all three agree.
 
-best_per_size: for each (collective, size_bytes) the algorithm with the smallest time_us, the runner-up
+best_per_size: for each (collective, size_bytes) the algorithm with the smallest time_us (and the protocol
+it ran with), the runner-up
 (the fastest other algorithm) and margin = runner-up time / best time - 1. Ties go to the algorithm
 listed first (the sweep's row order), so the choice is deterministic.
 """
@@ -12,8 +13,8 @@ import math
 
 import pandas as pd
 
-BEST_COLUMNS = ["collective", "size_bytes", "algorithm", "time_us", "busbw_GBps", "runner_up", "runner_up_time_us",
-                "margin"]
+BEST_COLUMNS = ["collective", "size_bytes", "algorithm", "protocol", "time_us", "busbw_GBps", "runner_up",
+                "runner_up_time_us", "margin"]
 def _margin(best_us: float, second_us: float) -> float:
     if best_us > 0:
         return second_us / best_us - 1
@@ -41,8 +42,8 @@ def best_per_size(rows: pd.DataFrame, engine: str | None = None) -> pd.DataFrame
                 margin = _margin(float(best.time_us), runner_us)
             else:
                 runner, runner_us, margin = "", math.nan, math.nan
-            out.append([coll, int(size), best.algorithm, float(best.time_us), float(best.busbw_GBps), runner,
-                        runner_us, margin])
+            out.append([coll, int(size), best.algorithm, str(best.get("protocol", "none")), float(best.time_us),
+                        float(best.busbw_GBps), runner, runner_us, margin])
     return pd.DataFrame(out, columns=BEST_COLUMNS)
 
 
