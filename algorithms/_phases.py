@@ -4,7 +4,10 @@ A *phase* is one collective step run by every group of ranks that share a
 coordinate: along the ``l`` axis the L ranks of each domain (scale-up), along
 the ``d`` axis the D ranks of each rail (scale-out), all groups at once. Every
 template is replicated over the whole grid (``inst=(D, L)``) with ``rank_of`` /
-``switch_of`` endpoints, so schedules stay small and take the symmetric path.
+``switch_of`` endpoints, so schedules stay small and take the symmetric path --
+except the double binary tree over the domains (``dtree_ar``), which is not
+translation-invariant in d: one template per domain and edge, over the L rails.
+A :class:`Pipeline` runs a phase sequence chunk by chunk.
 
 Data is addressed as a grid of *sub-pieces* ``(l, d)`` (:class:`Grid`). A phase
 along an axis moves :class:`Pieces` indexed by that axis: either the rank's own
@@ -46,6 +49,9 @@ wins on latency, 2h against 2(n-1)h.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
+
+import numpy as np
 
 from hcclsim.schedule import (
     DATA,
@@ -53,6 +59,7 @@ from hcclsim.schedule import (
     DEP_COL,
     DEP_ROW,
     DEP_SHIFT,
+    ORDER,
     OUT,
     PUT,
     PUT_REDUCE,
@@ -64,17 +71,20 @@ from hcclsim.schedule import (
     rot,
     switch_of,
 )
+from hcclsim.schedule.ir import F_C3, F_GROUP
 
 
 @dataclass(frozen=True)
 class Grid:
-    """Sub-piece (l, d) starts at chunk l*wl + d*wd and is q chunks long."""
+    """Sub-piece (l, d) starts at chunk base + l*wl + d*wd and is q chunks long (base: where a
+    pipeline's chunk starts, :class:`Pipeline`)."""
 
     D: int
     L: int
     wl: int
     wd: int
     q: int = 1
+    base: int = 0
 
     def n(self, axis: str) -> int:
         return self.L if axis == "l" else self.D
@@ -99,8 +109,8 @@ class Pieces:
         """Start chunk of piece (x + off) mod n, x the instance's coordinate on the axis."""
         g = self.grid
         if self.axis == "l":
-            return rot(1, off, g.L, g.wl, outer=None if self.span else (1, 0, 0, g.D, g.wd))
-        return rot(0, off, g.D, g.wd, i_coef=1, outer=None if self.span else (0, 1, 0, g.L, g.wl))
+            return rot(1, off, g.L, g.wl, g.base, outer=None if self.span else (1, 0, 0, g.D, g.wd))
+        return rot(0, off, g.D, g.wd, g.base, i_coef=1, outer=None if self.span else (0, 1, 0, g.L, g.wl))
 
     @property
     def shape(self) -> dict:
@@ -154,6 +164,12 @@ def barrier(axis: str, templates) -> list:
 
 def everything(templates) -> list:
     return [(t, DEP_ALL, 0, 0) for t in templates]
+
+
+def switch_reduces(topo) -> bool:
+    """Every rank's reducing switch is its domain's scale-up switch, node nranks + d."""
+    r = range(topo.nranks)
+    return topo.can_reduce_in_switch and all(int(topo.reduce_switch[x]) == topo.nranks + x // topo.local for x in r)
 
 
 # ----------------------------------------------------------------------------------- phases
@@ -221,46 +237,52 @@ def _along_l(pcs: Pieces) -> None:
         raise ValueError("in-switch phases run along the l axis (inside a domain)")
 
 
-def switch_rs(b: ScheduleBuilder, pcs: Pieces, entry, nranks: int, parts: int = 1) -> list:
+def switch_rs(b: ScheduleBuilder, pcs: Pieces, entry, nranks: int, parts: int = 1, own: bool = False) -> list:
     """In-switch reduce-scatter along l, pipelined over ``parts``: every rank adds part w of piece y
     (y != me) into the domain switch's table, then the switch adds the sum of the others into part w
-    of rank y's piece. Wave w: uploads of part w, and the switch's sends of part w-1."""
+    of rank y's piece. Wave w: uploads of part w, and the switch's sends of part w-1. own: as NVLS
+    runs (multimem.ld_reduce), every rank uploads its own piece too and the switch writes the whole
+    sum back (per rank: S up, S/L down, against (L-1)S/L and S/L)."""
     _along_l(pcs)
     g = pcs.grid
     entry = moved(entry, 0, 0, g.D, g.L)
     if g.L == 1:
         return entry
     inst, sw, me = (g.D, g.L), switch_of(g.D, nranks), g.peer("l", 0)
+    first = 0 if own else 1       # the first piece offset a rank uploads (0: its own)
     ups: list[list[int]] = []
     down = None
     for w in range(parts + 1):
         grp = b.next_group()
-        if w < parts:           # a rank uploads its parts in order (template s-1: piece x+s)
+        if w < parts:           # a rank uploads its parts in order (template s - first: piece x+s)
             row = []
-            for s in range(1, g.L):
+            for s in range(first, g.L):
                 start, shape = pcs.part(s, w, parts)
                 row.append(b.op(src=me, dst=sw, schunk=start, group=grp, inst=inst, kind=PUT_REDUCE, sbuf=OUT,
-                                dbuf=OUT, chan=s - 1, deps=[order(ups[-1][s - 1])] if ups else list(entry), **shape))
+                                dbuf=OUT, chan=s - first, deps=[order(ups[-1][s - first])] if ups else list(entry),
+                                **shape))
             ups.append(row)
-        if w:                   # the L-1 contributions to part w-1 of my piece are in; sent in order
+        if w:                   # the contributions to part w-1 of my piece are in; sent in order
             start, shape = pcs.part(0, w - 1, parts)
-            deps = [(t, DEP_SHIFT, 0, -s) for s, t in enumerate(ups[w - 1], 1)]
+            deps = [(t, DEP_SHIFT, 0, -s) for s, t in enumerate(ups[w - 1], first)]
             deps = moved(deps + (list(entry) if down is None else [order(down)]), 0, 0, g.D, g.L)
-            down = b.op(src=sw, dst=me, schunk=start, group=grp, inst=inst, kind=PUT_REDUCE, sbuf=OUT,
-                        dbuf=OUT, chan=g.L - 1, deps=deps, **shape)
+            down = b.op(src=sw, dst=me, schunk=start, group=grp, inst=inst, kind=PUT if own else PUT_REDUCE,
+                        sbuf=OUT, dbuf=OUT, chan=g.L - first, deps=deps, **shape)
     return barrier("l", [down])     # the last sends depend, through their chains, on every transfer
 
 
-def switch_ag(b: ScheduleBuilder, pcs: Pieces, entry, nranks: int, parts: int = 1) -> list:
+def switch_ag(b: ScheduleBuilder, pcs: Pieces, entry, nranks: int, parts: int = 1, own: bool = False) -> list:
     """In-switch all-gather along l, pipelined over ``parts``: every rank writes part w of its piece
     to the domain switch, which multicasts it to the L-1 others (one transfer per destination).
-    Wave w: the upload of part w, and the multicasts of part w-1."""
+    Wave w: the upload of part w, and the multicasts of part w-1. own: as NVLS runs (multimem.st),
+    the multicast reaches the owner too (per rank: S/L up, S down, against (L-1)S/L)."""
     _along_l(pcs)
     g = pcs.grid
     entry = moved(entry, 0, 0, g.D, g.L)
     if g.L == 1:
         return entry
     inst, sw, me = (g.D, g.L), switch_of(g.D, nranks), g.peer("l", 0)
+    first = 0 if own else 1
     ups: list[int] = []
     downs: list[int] = []
     for w in range(parts + 1):
@@ -269,13 +291,205 @@ def switch_ag(b: ScheduleBuilder, pcs: Pieces, entry, nranks: int, parts: int = 
             start, shape = pcs.part(0, w, parts)
             ups.append(b.op(src=me, dst=sw, schunk=start, group=grp, inst=inst, kind=PUT, sbuf=OUT, dbuf=TMP,
                             chan=0, deps=[order(ups[-1])] if ups else list(entry), **shape))
-        if w:                   # template s-1: my piece's part w-1 to rank x+s, after the previous one
+        if w:                   # template s - first: my piece's part w-1 to rank x+s, after the previous one
             start, shape = pcs.part(0, w - 1, parts)
             downs = [b.op(src=sw, dst=g.peer("l", s), schunk=start, group=grp, inst=inst, kind=PUT, sbuf=TMP,
-                          dbuf=OUT, chan=s, deps=[(ups[w - 1], DEP_SHIFT, 0, 0)]
-                          + (moved(entry, 0, s, g.D, g.L) if w == 1 else [order(downs[s - 1])]), **shape)
-                     for s in range(1, g.L)]
+                          dbuf=OUT, chan=1 + s - first, deps=[(ups[w - 1], DEP_SHIFT, 0, 0)]
+                          + (moved(entry, 0, s, g.D, g.L) if w == 1 else [order(downs[s - first])]), **shape)
+                     for s in range(first, g.L)]
     return barrier("l", downs)
+
+
+# ----------------------------------------------------------------------------------- trees
+
+def btree_parents(n: int) -> list[int]:
+    """NCCL's ncclGetBtree (src/graph/trees.cc): parent of each rank in the in-order binary tree with
+    rank 0 on top (-1: root)."""
+    parent = [-1] * n
+    for r in range(1, n):
+        bit = r & -r
+        up = (r ^ bit) | (bit << 1)
+        parent[r] = up if up < n else r ^ bit
+    return parent
+
+
+def dtree_parents(n: int) -> tuple[list[int], list[int]]:
+    """NCCL's ncclGetDtree: the two trees' parent lists (tree 1 mirrors tree 0 if n is even, else shifts it)."""
+    t0 = btree_parents(n)
+    if n % 2 == 0:
+        t1 = [-1 if t0[n - 1 - r] < 0 else n - 1 - t0[n - 1 - r] for r in range(n)]
+    else:
+        t1 = [-1 if t0[(r - 1) % n] < 0 else (t0[(r - 1) % n] + 1) % n for r in range(n)]
+    return t0, t1
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    root: int
+    parent: list[int]
+    children: list[list[int]]
+    height: list[int]      # 0 for leaves
+    depth: list[int]       # 0 for the root
+
+
+def tree_shape(parent: list[int]) -> TreeShape:
+    n = len(parent)
+    children: list[list[int]] = [[] for _ in range(n)]
+    for r, p in enumerate(parent):
+        if p >= 0:
+            children[p].append(r)
+    root = parent.index(-1)
+    seen, depth = [root], [0] * n
+    for v in seen:                       # breadth first: parents before children
+        for c in children[v]:
+            depth[c] = depth[v] + 1
+            seen.append(c)
+    height = [0] * n
+    for v in reversed(seen):
+        if parent[v] >= 0:
+            height[parent[v]] = max(height[parent[v]], height[v] + 1)
+    return TreeShape(root, parent, children, height, depth)
+
+
+def levels(value: list[int]) -> list[list[int]]:
+    """Ranks grouped by value (height or depth), in rank order."""
+    out: list[list[int]] = [[] for _ in range(max(value) + 1)]
+    for r, x in enumerate(value):
+        out[x].append(r)
+    return out
+
+
+@lru_cache(maxsize=64)
+def dtree_shapes(D: int) -> tuple[TreeShape, TreeShape]:
+    """The two trees of ncclGetDtree over D ranks."""
+    t0, t1 = dtree_parents(D)
+    return tree_shape(t0), tree_shape(t1)
+
+
+def nic_load(D: int) -> float:
+    """Pieces a rank's NIC sends (and receives) per piece in the double binary tree over D domains, at
+    the busiest domain: half the piece per tree, once up to the parent and once down to each child (a
+    domain interior in one tree and a leaf in the other: 3/2 + 1/2 = 2; on 2 domains each is the
+    root of one tree and the leaf of the other: 1)."""
+    if D == 1:
+        return 0.0
+    shapes = dtree_shapes(D)
+    return max(sum((sh.parent[v] >= 0) + len(sh.children[v]) for sh in shapes) / 2 for v in range(D))
+
+
+def dtree_ar(b: ScheduleBuilder, row: Pieces, entry) -> list:
+    """Double binary tree AllReduce along d (NCCL's ncclGetDtree over the D ranks of each rail): rank
+    (d, l) holds row l; tree t reduces half t of it up to its root (PUT_REDUCE into the parent) and
+    broadcasts the sum back down. A rank of height h sends up in step h, one of depth k sends down
+    in step H + k (H: the root's height): 2H groups, both trees side by side. Returns 'my rail holds
+    the sum' (every domain's, a barrier along d)."""
+    g = row.grid
+    D, L = g.D, g.L
+    entry = moved(entry, 0, 0, D, L)
+    if D == 1:
+        return entry
+    shapes = dtree_shapes(D)
+    H = max(sh.height[sh.root] for sh in shapes)
+    inst = (1, L)       # one template per domain and edge, its instances the L rails
+    node = [rank_of(D, L, v) for v in range(D)]
+    at = [moved(entry, v, 0, D, L) for v in range(D)]       # domain v finished the previous phase
+    halves = [row.part(0, t, 2) for t in range(2)]
+    red: list[dict[int, int]] = [{} for _ in shapes]    # red[t][v]: v's send up
+    down: list[dict[int, int]] = [{} for _ in shapes]   # down[t][c]: the send that delivered the sum to c
+    for step in range(2 * H):
+        grp = b.next_group()
+        for t, sh in enumerate(shapes):
+            half, shape = halves[t]
+            if step < H:                     # reduce: the ranks of height `step` send up
+                for v in (v for v in range(D) if sh.height[v] == step and v != sh.root):
+                    up = sh.parent[v]
+                    deps = list(dict.fromkeys(at[v] + at[up] + [red[t][c] for c in sh.children[v]]))
+                    red[t][v] = b.op(src=node[v], dst=node[up], schunk=half, group=grp, inst=inst, kind=PUT_REDUCE,
+                                     sbuf=OUT, dbuf=OUT, chan=2 * t, deps=deps, **shape)
+                continue
+            for v in (v for v in range(D) if sh.depth[v] == step - H and sh.children[v]):
+                # broadcast: the ranks of depth `step - H` send down
+                have = at[v] + [red[t][c] for c in sh.children[v]] if v == sh.root else [down[t][v]]
+                for c in sh.children[v]:
+                    down[t][c] = b.op(src=node[v], dst=node[c], schunk=half, group=grp, inst=inst, kind=PUT,
+                                      sbuf=OUT, dbuf=OUT, chan=2 * t + 1, deps=have, **shape)
+    # the sends into the leaves: each waited, through its chain, for every other transfer of its tree
+    return barrier("d", [down[t][v] for t, sh in enumerate(shapes) for v in range(D) if not sh.children[v]])
+
+
+# ----------------------------------------------------------------------------------- pipelining
+
+class Pipeline:
+    """A phase sequence run once per chunk of the data, the chunks one after another as a pipeline.
+
+    The phases of chunk 0 are built on the pipeline itself (it stands in for the ScheduleBuilder: the
+    phase builders call its ``next_group`` and ``op``); chunk p is the same templates moved ``stride``
+    chunks of the layout further, in groups p later: chunk p's g-th group is the schedule's group
+    p + g, so wave w holds step w - p of every chunk p (chunk p can be in the scale-out phase while
+    chunk p+1 is still in the scale-up one, as NCCL's kernels overlap them), and every template of
+    chunk p follows the same template of chunk p-1 (an order dependency: each stream issues its
+    chunks back to back). :meth:`emit` writes all of them into an empty builder, in group order (the
+    copies are made as arrays, so a schedule of 10^5 templates costs one chunk's phases)."""
+
+    def __init__(self, b: ScheduleBuilder, chunks: int, stride: int):
+        self.b, self.chunks, self.stride = b, chunks, stride
+        self.ops: list[tuple[int, dict, list]] = []      # chunk 0: (group, op kwargs, normalised deps)
+        self.group = -1
+
+    def next_group(self) -> int:
+        self.group += 1
+        return self.group
+
+    def op(self, *, group: int, deps=(), **kw) -> int:
+        norm = []
+        for d in deps:
+            d = (int(d), DEP_SHIFT, 0, 0) if not isinstance(d, tuple) else d
+            norm.append(d if len(d) == 5 else (*d, DATA))
+        self.ops.append((group, kw, norm))
+        return len(self.ops) - 1
+
+    def emit(self) -> None:
+        b, T, Q = self.b, len(self.ops), self.chunks
+        if b.rows:
+            raise ValueError("a pipeline's templates must be the whole schedule")
+        one = ScheduleBuilder(b.collective, b.algorithm, b.nranks, b.shape, b.layout, b.nnodes, b.root)
+        for _, kw, _ in self.ops:
+            one.op(group=0, **kw)
+        rows0 = np.asarray(one.rows, np.int64)
+        p, k = np.repeat(np.arange(Q), T), np.tile(np.arange(T), Q)          # template k of chunk p
+        group = p + np.array([g for g, _, _ in self.ops], np.int64)[k]
+        order_ = np.lexsort((k, p, group))                                  # the order they are written in
+        real = np.empty(Q * T, np.int64)
+        real[order_] = np.arange(Q * T)
+        rows = rows0[k[order_]]
+        rows[:, F_GROUP] = np.unique(group[order_], return_inverse=True)[1]
+        rows[:, F_C3 + 2] += p[order_] * self.stride
+        rows[:, F_C3 + 3] += p[order_] * self.stride
+        b.rows.extend(rows.tolist())
+        real = real.tolist()
+        for v in order_.tolist():
+            c, t = divmod(v, T)
+            deps = [(real[c * T + u], m, si, sj, kind) for u, m, si, sj, kind in self.ops[t][2]]
+            if c:
+                deps.append((real[v - T], DEP_SHIFT, 0, 0, ORDER))
+            b.deps.append(deps)
+
+
+def tree_allreduce(b: ScheduleBuilder, chunks: int, intra: str) -> None:
+    """AllReduce as NCCL's multi-node trees run it, pipelined over ``chunks``: in every domain a
+    reduce-scatter of the rows (intra "switch": in the switch, as NVLS runs it; "ring": each row
+    reduced along a chain of the L ranks into its owner, L chains side by side), a double binary tree
+    per rail on the row (dtree_ar), and the all-gather back (NVLS multicast / the chains' broadcast).
+    The builder's layout is Layout(1, chunks * L * D * 2): chunk p's rows start at p * L * D * 2, a
+    row is D sub-pieces of 2 chunks, and the trees take one half of it each."""
+    D, L = b.shape
+    c = Pipeline(b, chunks, L * D * 2)
+    rows = Pieces(Grid(D, L, wl=2 * D, wd=2, q=2), "l", span=True)
+    if intra == "switch":
+        switch_ag(c, rows, dtree_ar(c, rows, switch_rs(c, rows, [], b.nranks, own=True)), b.nranks, own=True)
+    else:
+        ring_ag(c, rows, dtree_ar(c, rows, ring_rs(c, rows, [])))
+    c.emit()
 
 
 def exchange(b: ScheduleBuilder, g: Grid, axis: str, entry, src_at, dst_at, shape: dict, sbuf: int, dbuf: int,

@@ -20,6 +20,10 @@ channels: rings side by side in the intra ring phases, alternating direction
 (default 2 on a ring or full_mesh scale-up, whose links are point-to-point, else 1).
 chunks: the in-switch phases' pipeline depth Q (default ceil(size / chunk_size)
 in 1..max_chunks, and at most 4096 // (L-1): the phase has Q L templates).
+pipeline=on (AllReduce, ReduceScatter, AllGather): the data is cut into Q such chunks and
+the phases run chunk by chunk as one pipeline (_phases.Pipeline): chunk p is in the
+scale-out phase while chunk p+1 is in the scale-up one, so the time tends to the slower
+tier's instead of the sum below; off (default): one after another, as the formulas state.
 
 Alpha-beta, contention-free, S bytes, P = S/L the piece of an intra phase, a_up / a_out
 the path latencies of one scale-up / scale-out hop pair, B_up / B_out the per-rank
@@ -51,6 +55,7 @@ from dataclasses import dataclass
 from hcclsim.algorithms._phases import (
     Grid,
     Pieces,
+    Pipeline,
     direct_ag,
     direct_rs,
     everything,
@@ -58,6 +63,7 @@ from hcclsim.algorithms._phases import (
     ring_ag,
     ring_rs,
     switch_ag,
+    switch_reduces,
     switch_rs,
 )
 
@@ -67,6 +73,7 @@ from hcclsim.schedule.algorithm import Algorithm, Problem, auto_chunks, opt, reg
 
 INTRA = ("auto", "ring", "direct", "in_switch")
 INTER = ("ring", "direct")
+PIPELINE = ("off", "on")
 TEMPLATE_BUDGET = 4096     # automatic chunks keep an in-switch phase's Q (L-1) templates under this
 
 
@@ -82,10 +89,15 @@ class HierarchicalOptions:
                          "and max_chunks)")
     chunk_size: int = opt(32 << 10, "bytes per in-switch chunk when chunks=0 (as in_switch)")
     max_chunks: int = opt(64, "upper bound on automatic chunks")
+    pipeline: str = opt("off", "on: the phases run chunk by chunk as one pipeline (chunks as above; chunk p in "
+                               "the scale-out phase while chunk p+1 is in the scale-up one); off: one after "
+                               "another (all_reduce, reduce_scatter, all_gather)")
 
     def __post_init__(self):
         if self.channels < 0 or self.chunks < 0 or self.chunk_size < 1 or self.max_chunks < 1:
             raise ValueError("channels and chunks must be >= 0, chunk_size and max_chunks >= 1")
+        if self.pipeline not in PIPELINE:
+            raise ValueError(f"pipeline must be one of {', '.join(PIPELINE)}, got {self.pipeline!r}")
         if self.intra not in INTRA:
             raise ValueError(f"intra must be one of {', '.join(INTRA)}, got {self.intra!r}")
         if self.inter not in INTER:
@@ -104,10 +116,13 @@ class Hierarchical(Algorithm):
         topo = problem.topology
         if topo.domains <= 1:
             return "needs a two-tier topology (kind = hierarchical)"
+        if self.options.pipeline == "on" and problem.collective not in (C.ALL_REDUCE, C.REDUCE_SCATTER,
+                                                                         C.ALL_GATHER):
+            return f"pipeline=on pipelines all_reduce, reduce_scatter and all_gather, not {problem.collective}"
         if self.options.intra == "in_switch":
             if problem.collective == C.ALL_TO_ALL:
                 return "intra=in_switch: all_to_all has nothing for a switch to reduce or multicast"
-            if not _switch_reduces(topo):
+            if not switch_reduces(topo):
                 return "intra=in_switch needs a scale-up switch that reduces (scale_up.in_switch_reduce = true)"
         return None
 
@@ -129,7 +144,7 @@ class Hierarchical(Algorithm):
         if problem.collective == C.ALL_TO_ALL:
             return "direct"
         topo = problem.topology
-        if not _switch_reduces(topo) or topo.local == 1:
+        if not switch_reduces(topo) or topo.local == 1:
             return "ring"
         # one intra phase on pieces of P = size/L bytes (all collectives move a row of S/L per rank);
         # the in-switch phase streams its Q parts back to back, so it pays the up and down hops once
@@ -140,63 +155,72 @@ class Hierarchical(Algorithm):
         return "in_switch" if in_switch < ring else "ring"
 
     def structure_key(self, problem, sizing, dtype_size):
-        """(intra, K): the intra phases' kind and the chunks of a sub-piece (in-switch pipeline parts,
-        ring channels, or 1)."""
+        """(intra, K), or (intra, K, Q) with pipeline=on: the intra phases' kind, the chunks of a
+        sub-piece (in-switch pipeline parts, ring channels, or 1) and the pipeline's chunks (an
+        in-switch phase then takes one part per chunk: the pipeline streams them)."""
         intra = self._intra(problem, sizing.size_bytes)
+        pipelined = self.options.pipeline == "on"
         if problem.collective == C.ALL_TO_ALL or problem.topology.local == 1:
-            return intra, 1
-        return intra, {"in_switch": self._chunks(problem, sizing.size_bytes),
-                       "ring": self._channels(problem)}.get(intra, 1)
+            K = 1
+        else:
+            K = {"in_switch": 1 if pipelined else self._chunks(problem, sizing.size_bytes),
+                 "ring": self._channels(problem)}.get(intra, 1)
+        return (intra, K, self._chunks(problem, sizing.size_bytes)) if pipelined else (intra, K)
 
     def compile(self, problem: Problem, key):
         topo, coll = problem.topology, problem.collective
         D, L, n = topo.domains, topo.local, problem.nranks
         if key is None:
             key = self.structure_key(problem, C.sizing(coll, 0, 4, n), 4)
-        intra, K = key
+        intra, K, *pipelined = key
+        Q = pipelined[0] if pipelined else 1
         inter = self.options.inter
         blocks = coll in (C.REDUCE_SCATTER, C.ALL_GATHER, C.ALL_TO_ALL)
-        # sub-piece (l, d) is K chunks: block d*L + l of a per-rank layout, or from chunk (l*D + d)*K
-        # of one buffer (so a row l, and each of its K parts, is contiguous there)
-        g = Grid(D, L, wl=K, wd=L * K, q=K) if blocks else Grid(D, L, wl=D * K, wd=K, q=K)
-        layout = Layout(n, K) if blocks else Layout(1, L * D * K)
+        # sub-piece (l, d) of pipeline chunk p is K chunks: chunks p*K.. of block d*L + l of a per-rank
+        # layout, or from chunk p*L*D*K + (l*D + d)*K of one buffer (so a row l, and each of its K parts,
+        # is contiguous there); the pipeline moves chunk 0's templates to chunk p
+        layout = Layout(n, Q * K) if blocks else Layout(1, Q * L * D * K)
         nnodes = n + D if intra == "in_switch" else n
         b = ScheduleBuilder(coll, self.label, n, (D, L), layout, nnodes=nnodes, root=problem.root)
-        b.notes.update(intra=intra, inter=inter, parts=K)
-        rows, cells = Pieces(g, "l", span=True), Pieces(g, "d", span=False)
-
-        def up_rs(entry):
-            if intra == "in_switch":
-                return switch_rs(b, rows, entry, n, K)
-            return ring_rs(b, rows, entry, K) if intra == "ring" else direct_rs(b, rows, entry)
-
-        def up_ag(entry):
-            if intra == "in_switch":
-                return switch_ag(b, rows, entry, n, K)
-            return ring_ag(b, rows, entry, K) if intra == "ring" else direct_ag(b, rows, entry)
-
-        out_rs = ring_rs if inter == "ring" else direct_rs
-        out_ag = ring_ag if inter == "ring" else direct_ag
-
-        if coll == C.ALL_REDUCE:
-            up_ag(out_ag(b, cells, out_rs(b, cells, up_rs([]))))
-        elif coll == C.REDUCE_SCATTER:
-            out_rs(b, cells, up_rs([]))
-        elif coll == C.ALL_GATHER:
-            up_ag(out_ag(b, cells, []))
-        elif coll == C.ALL_TO_ALL:
-            _all_to_all(b, g, intra == "ring", inter == "ring")
-        elif coll == C.BROADCAST:
-            up_ag(out_ag(b, cells, _scatter(b, g, problem.root)))
-        else:
-            _gather(b, g, problem.root, out_rs(b, cells, up_rs([])))
+        b.notes.update(intra=intra, inter=inter, parts=K, chunks=Q)
+        g = Grid(D, L, wl=Q * K, wd=L * Q * K, q=K) if blocks else Grid(D, L, wl=D * K, wd=K, q=K)
+        pipe = Pipeline(b, Q, K if blocks else L * D * K) if pipelined else None
+        _phases_of(pipe or b, g, coll, intra, inter, K, problem.root)
+        if pipe:
+            pipe.emit()
         return b.build()
 
 
-def _switch_reduces(topo) -> bool:
-    """Every rank's reducing switch is its domain's scale-up switch, node nranks + d."""
-    r = range(topo.nranks)
-    return topo.can_reduce_in_switch and all(int(topo.reduce_switch[x]) == topo.nranks + x // topo.local for x in r)
+def _phases_of(b, g: Grid, coll: str, intra: str, inter: str, K: int, root: int) -> None:
+    """The collective's phases on the data of grid g (b: the builder, or one chunk of a pipeline)."""
+    n = g.D * g.L
+    rows, cells = Pieces(g, "l", span=True), Pieces(g, "d", span=False)
+
+    def up_rs(entry):
+        if intra == "in_switch":
+            return switch_rs(b, rows, entry, n, K)
+        return ring_rs(b, rows, entry, K) if intra == "ring" else direct_rs(b, rows, entry)
+
+    def up_ag(entry):
+        if intra == "in_switch":
+            return switch_ag(b, rows, entry, n, K)
+        return ring_ag(b, rows, entry, K) if intra == "ring" else direct_ag(b, rows, entry)
+
+    out_rs = ring_rs if inter == "ring" else direct_rs
+    out_ag = ring_ag if inter == "ring" else direct_ag
+
+    if coll == C.ALL_REDUCE:
+        up_ag(out_ag(b, cells, out_rs(b, cells, up_rs([]))))
+    elif coll == C.REDUCE_SCATTER:
+        out_rs(b, cells, up_rs([]))
+    elif coll == C.ALL_GATHER:
+        up_ag(out_ag(b, cells, []))
+    elif coll == C.ALL_TO_ALL:
+        _all_to_all(b, g, intra == "ring", inter == "ring")
+    elif coll == C.BROADCAST:
+        up_ag(out_ag(b, cells, _scatter(b, g, root)))
+    else:
+        _gather(b, g, root, out_rs(b, cells, up_rs([])))
 
 
 def _all_to_all(b: ScheduleBuilder, g: Grid, intra_pairwise: bool, inter_pairwise: bool) -> None:

@@ -53,11 +53,48 @@ alpha = 2a; B the link bandwidth; S the size; y = S/(P B) one chunk of the buffe
 multicast take y, not (1+1/N) y, and the pipeline of U -> D -> G -> M adds 4a; P = 1 gives
 4a + 2 (1+1/N) S/B.)
 
-P: option ``chunks``; 0 (default) picks ceil(S / chunk_size) clamped to 1..max_chunks. Small
-messages get one chunk (latency-optimal); large ones get max_chunks = 64. The automatic P is
-also capped so that a schedule stays O(N) templates: P (templates per chunk and direction)
-<= 4096, i.e. P <= 4096 // (N-1) (push AllGather / ReduceScatter), 4096 // N (nvls AllGather /
-ReduceScatter), 4096 // (N+1) (nvls AllReduce, 2 (N+1) templates per chunk).
+P: option ``chunks``; 0 (default) picks it by ``chunking``:
+
+* ``fixed``: ceil(S / chunk_size) clamped to 1..max_chunks. Small messages get one chunk
+  (latency-optimal); large ones get max_chunks = 64.
+* ``nccl``: NCCL's NVLS steps, so that one chunk is one step of all C channels (C =
+  ``[endpoint] in_switch_channels``): a channel moves one chunk c per head and step, c shrinking
+  with the message as NCCL's calcCollChunking does (v2.28.9 src/enqueue.cc:2041-2055, called per
+  channel, :656-668: nBytes = S/C, concurrentOps = N heads): from NCCL_NVLS_CHUNKSIZE = 128 KiB
+  (src/transport/nvls.cc:153), 64 KiB if S/C < 64 N 128 KiB, then 32 KiB if S/C < 8 N 64 KiB,
+  then 16 KiB if S/C < 2 N 32 KiB; P = ceil(S / (C H c)) with H heads: the N ranks (AllReduce,
+  AllGather, ReduceScatter: every rank owns a shard), the root alone (Broadcast, Reduce, which
+  NCCL does not run on NVLS: the rule extrapolated). On 8 ranks and 16 channels: c = 16 K below
+  8 MiB, 32 K below 64 MiB, 64 K below 1 GiB, 128 K from 1 GiB; P = 2 at 4-8 MiB, 8 at 32-64 MiB,
+  64 at 512 MiB-1 GiB.
+* ``fixed`` is the default, also on GPU presets. With ``nccl`` the steps are NCCL's, but this
+  analytic engine hands each step whole from stage to stage (U -> D -> G -> M, about 2.5 steps of
+  fill), where NCCL's reduce warps stream ld_reduce into st within a step and the packet engine
+  streams packet by packet: the engines then differ by up to ~30 % at 4-16 MiB (on dgx-h100), so
+  ``nccl`` stays an explicit choice until the analytic engine streams an in-switch chain (docs/
+  validation.md, "What does not match yet", has what it and the per-step cost give).
+
+Per-step cost: NCCL's NVLS kernel runs every step as wait, copy, fence.acq_rel.sys, post
+(src/device/prims_simple.h:236-294), in series with the step's data. Every transfer a rank
+issues into the switch pays the endpoint's in_switch_step_latency o before it starts
+(hcclsim/engine/execution.py). A rank's uploads of consecutive chunks are issued back to back
+(U(q) after U(q-1) has left, plus o), and so are its multicast stores G: two chains running side
+by side, so in steady state each step pays o once, in series with its data. With o on the nvls
+AllReduce (P >= 3):
+
+  4a + P o + 2y + P (1+1/N) y + max(o + y/N, (1+1/N) y)
+
+(o = 0 gives the form above; P = 1: 4a + 2o + 2 (1+1/N) y, G's o then in series with U's). The
+stages of one chunk still pass whole chunks one to the next, so the pipeline fills and drains
+over about 2.5 chunks (U(0) alone, D -> G -> M of the last chunk): with NCCL's coarse steps
+(P = 2 at 4-8 MiB) that fill is most of the time. The packet engine reduces and multicasts
+packet by packet (docs/packet.md), fills over less than a chunk, and lets a chain that waits o
+leave the link to the others: the engines differ by ~10 % at P = 16, ~20-25 % at P = 2.
+
+The automatic P is also capped so that a schedule stays O(N) templates: P (templates per chunk
+and direction) <= 4096, i.e. P <= 4096 // (N-1) (push AllGather / ReduceScatter), 4096 // N
+(nvls AllGather / ReduceScatter), 4096 // (N+1) (nvls AllReduce, 2 (N+1) templates per chunk:
+455 on 8 ranks, fewer than NCCL's 512 steps at 8 GiB).
 """
 
 from __future__ import annotations
@@ -89,22 +126,33 @@ from hcclsim.schedule.algorithm import Algorithm, Problem, auto_chunks, opt, reg
 
 TEMPLATE_BUDGET = 4096     # automatic chunks keep P x (templates per chunk and direction) under this
 MODES = ("nvls", "push")
+CHUNKINGS = ("fixed", "nccl")
+# NCCL_NVLS_CHUNKSIZE's default, the largest NVLS chunk (NVIDIA/nccl v2.28.9 src/transport/nvls.cc:153; below
+# the Simple step of 4 MiB / NCCL_STEPS = 512 KiB); calcCollChunking halves it to these while a channel's bytes
+# are below factor x heads x the current chunk (src/enqueue.cc:2052-2054)
+NVLS_CHUNK = 128 << 10
+NVLS_SHRINK = ((64, 64 << 10), (8, 32 << 10), (2, 16 << 10))
 
 
 @dataclass(frozen=True)
 class InSwitchOptions:
     mode: str = opt("nvls", "nvls: as NVLS runs, every access includes the issuing GPU (AllReduce: S + S/N up "
                             "and down per rank); push: a rank's own data never crosses its link (S up, S down)")
-    chunks: int = opt(0, "pipelined chunks (0: one per chunk_size bytes, between 1 and max_chunks)")
-    chunk_size: int = opt(32 << 10, "bytes per chunk when chunks=0 (chunks leave back to back, so finer "
+    chunks: int = opt(0, "pipelined chunks (0: as chunking says)")
+    chunk_size: int = opt(32 << 10, "bytes per chunk with chunking=fixed (chunks leave back to back, so finer "
                                      "chunks only shrink the pipeline fill: under ~3 % from 1 MiB)")
-    max_chunks: int = opt(64, "upper bound on automatic chunks")
+    max_chunks: int = opt(64, "upper bound on chunks with chunking=fixed")
+    chunking: str = opt("fixed", "chunks when chunks=0: fixed: chunk_size, up to max_chunks; nccl: NCCL's NVLS "
+                                 "steps (a chunk per step of the endpoint's in_switch_channels, shrinking with "
+                                 "the message)")
 
     def __post_init__(self):
         if self.chunks < 0 or self.chunk_size < 1 or self.max_chunks < 1:
             raise ValueError("chunks must be >= 0, chunk_size and max_chunks >= 1")
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, got {self.mode!r}")
+        if self.chunking not in CHUNKINGS:
+            raise ValueError(f"chunking must be one of {', '.join(CHUNKINGS)}, got {self.chunking!r}")
 
 
 @register
@@ -125,12 +173,18 @@ class InSwitch(Algorithm):
         if len(switches) != 1:
             return (f"needs every rank under one reducing switch; this topology has {len(switches)} "
                     f"(one per scale-up domain)")
+        if self.options.chunking == "nccl" and not topo.endpoint.in_switch_channels:
+            return "chunking=nccl needs the endpoint's NVLS channel count ([endpoint] in_switch_channels)"
         return None
 
     def structure_key(self, problem, sizing, dtype_size):
         if self.options.chunks:
             return self.options.chunks
-        P = auto_chunks(sizing.size_bytes, self.options.chunk_size, self.options.max_chunks)
+        channels = problem.topology.endpoint.in_switch_channels
+        if self.options.chunking == "fixed" or not channels:
+            P = auto_chunks(sizing.size_bytes, self.options.chunk_size, self.options.max_chunks)
+        else:
+            P = nccl_steps(problem.collective, sizing.size_bytes, problem.nranks, channels)
         per_chunk = _templates_per_chunk(problem.collective, problem.nranks, self.options.mode)
         # past P x per_chunk ~ 4096 the fill left to hide is a fraction of a per cent, while the
         # schedule grows as P N
@@ -164,6 +218,22 @@ class InSwitch(Algorithm):
                                    deps=_arrived(coll, ups[p], first) + ([order(downs[-1][x])] if p else []))
                               for x, op in enumerate(ops)])
         return b.build()
+
+
+def nvls_chunk(channel_bytes: int, heads: int) -> int:
+    """Bytes one NVLS channel moves per head and step: calcCollChunking's NVLS branch on one channel's bytes."""
+    c = NVLS_CHUNK
+    for factor, smaller in NVLS_SHRINK:
+        if channel_bytes < factor * heads * c and c > smaller:
+            c = smaller
+    return c
+
+
+def nccl_steps(coll: str, size_bytes: int, n: int, channels: int) -> int:
+    """Steps of every NVLS channel for a message of size_bytes (nccl-tests' size) on n ranks (module docstring)."""
+    heads = 1 if coll in (C.BROADCAST, C.REDUCE) else n
+    c = nvls_chunk(size_bytes // channels, n)
+    return max(1, -(-size_bytes // (channels * heads * c)))
 
 
 def _templates_per_chunk(coll: str, n: int, mode: str) -> int:

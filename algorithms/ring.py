@@ -16,17 +16,25 @@ i at local o - i, leaves it from local o - i - 1 and crosses to the same local
 (the same rail) of domain i + 1; C = L channels spread the scale-out traffic
 over every NIC (NCCL's one ring per NIC, src/graph/search.cc).
 
+Mesh rings (``permute``, on by default on a full mesh): channel c runs on the
+Hamiltonian cycle c of mesh_cycles(N), cycles that share no link, so the N-1
+channels use every link of every rank once (RCCL's rings over the MI300X xGMI
+mesh, src/graph/rome_models.cc) instead of the one link each way a rank-order
+ring uses.
+
 Broadcast and Reduce are a pipelined chain from (to) the root.
 
 Alpha-beta (switch, P = 1, any C): AllReduce 2(N-1)(a + S/(N B)); AllGather and
 ReduceScatter (N-1)(a + S/(N B)); Broadcast (N-2+P)(a + S/(P B)) -- docs/model.md.
 Rail rings on a rail fabric: AllReduce 2(N-1) S/(N L B_out) + a_out while the
-NICs are the bottleneck -- docs/algorithms.md (ring, closed forms).
+NICs are the bottleneck; mesh rings on a full mesh: AllReduce 2(N-1)(a + S/(N C B)),
+C = len(mesh_cycles(N)) (N-1 = 7 on 8 ranks) -- docs/algorithms.md (ring, closed forms).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 from math import gcd
 
 from hcclsim.schedule import (
@@ -46,13 +54,14 @@ from hcclsim.schedule import collectives as C
 from hcclsim.schedule.algorithm import Algorithm, Problem, auto_chunks, opt, register
 
 RAILS = ("auto", "on", "off")
+PERMUTE = RAILS
 
 
 @dataclass(frozen=True)
 class RingOptions:
     channels: int = opt(0, "rings run side by side, alternating direction (0: L, one per NIC, with rail "
-                           "rings; 2 where links are bidirectional point-to-point -- ring, full_mesh, "
-                           "torus2d -- else 1)")
+                           "rings; one per cycle with mesh rings; 2 where links are bidirectional "
+                           "point-to-point -- ring, full_mesh, torus2d -- else 1)")
     chunks: int = opt(0, "pipelined chunks per step (0: 1 for AllReduce/AllGather/ReduceScatter; "
                          "Broadcast/Reduce one per chunk_size bytes)")
     chunk_size: int = opt(128 << 10, "bytes per pipelined chunk for Broadcast/Reduce when chunks=0")
@@ -60,12 +69,17 @@ class RingOptions:
     rails: str = opt("auto", "lay each ring one NIC (rail) apart, entering and leaving every domain through "
                              "a different NIC per channel: on, off, or auto (on for hierarchical topologies "
                              "with several domains of several ranks)")
+    permute: str = opt("auto", "lay channel c's ring on Hamiltonian cycle c of a set that shares no link "
+                               "(mesh_cycles), so the channels use every link of a full mesh: on, off, or "
+                               "auto (on for full_mesh topologies)")
 
     def __post_init__(self):
         if self.channels < 0 or self.chunks < 0 or self.chunk_size < 1 or self.max_chunks < 1:
             raise ValueError("channels and chunks must be >= 0, chunk_size and max_chunks >= 1")
         if self.rails not in RAILS:
             raise ValueError(f"rails must be one of {', '.join(RAILS)}, not {self.rails!r}")
+        if self.permute not in PERMUTE:
+            raise ValueError(f"permute must be one of {', '.join(PERMUTE)}, not {self.permute!r}")
 
 
 @register
@@ -73,7 +87,7 @@ class Ring(Algorithm):
     name = "ring"
     summary = "multi-channel pipelined ring (NCCL-like); bandwidth-optimal, 2(N-1) latency steps"
     collectives = (C.ALL_REDUCE, C.ALL_GATHER, C.REDUCE_SCATTER, C.BROADCAST, C.REDUCE)
-    requires = "any topology, any rank count (rails=on: a hierarchical topology)"
+    requires = "any topology, any rank count (rails=on: a hierarchical topology; permute=on: a flat one)"
     Options = RingOptions
 
     def _rails(self, problem: Problem) -> bool:
@@ -82,9 +96,16 @@ class Ring(Algorithm):
             return topo.kind == "hierarchical" and topo.domains > 1 and topo.local > 1
         return self.options.rails == "on"
 
+    def _permute(self, problem: Problem) -> bool:
+        if self.options.permute == "auto":
+            return problem.topology.kind == "full_mesh"
+        return self.options.permute == "on"
+
     def why_not(self, problem: Problem) -> str | None:
         if self.options.rails == "on" and problem.topology.kind != "hierarchical":
             return f"rails=on needs a hierarchical topology (domains of ranks), not {problem.topology.kind!r}"
+        if self.options.permute == "on" and problem.topology.kind == "hierarchical":
+            return "permute=on lays rings over a flat topology's ranks, not over a hierarchical one (rails)"
         return None
 
     def _channels(self, problem: Problem) -> int:
@@ -92,6 +113,8 @@ class Ring(Algorithm):
             return self.options.channels
         if self._rails(problem):
             return problem.topology.local
+        if self._permute(problem):
+            return len(mesh_cycles(problem.nranks))
         return 2 if problem.topology.kind in ("ring", "full_mesh", "torus2d") else 1
 
     def structure_key(self, problem, sizing, dtype_size):
@@ -113,6 +136,11 @@ class Ring(Algorithm):
             b = ScheduleBuilder(coll, self.label, n, (topo.domains, topo.local), layout)
             _rail_rings(b, coll, topo.domains, topo.local, chans, P)
             b.notes["rails"] = True
+            return b.build()
+        if self._permute(problem):
+            b = ScheduleBuilder(coll, self.label, n, (1, n), layout)
+            _mesh_rings(b, coll, mesh_cycles(n), chans, P)
+            b.notes["permute"] = True
             return b.build()
         b = ScheduleBuilder(coll, self.label, n, (1, n), layout)
         steps = _steps(coll, n)
@@ -224,6 +252,60 @@ def _rail_rings(b: ScheduleBuilder, coll: str, D: int, L: int, chans: int, P: in
                 tid[(s_idx, p, c, j)] = b.op(
                     src=rail_rank(D, L, o, j), dst=rail_rank(D, L, o, j, d),
                     schunk=_scaled(rail_rank(D, L, o, j, back), k, c * P + p), group=g, inst=(D, 1),
+                    kind=PUT_REDUCE if ph == "rs" else PUT, chan=c, deps=deps)
+
+
+def mesh_cycles(n: int) -> list[tuple[int, ...]]:
+    """Directed Hamiltonian cycles of the complete digraph on n ranks that share no link (arc): n-1 of them,
+    every link once, for odd n and for n divisible by 4 from 8 on; n-2 otherwise (n = 4 and 6 have no n-1,
+    Tillson 1980; n = 2 mod 4 is not constructed here). Ring position p of cycle c is rank cycles[c][p].
+
+    Odd n = 2k+1 (1-rotational): ranks Z_2k and inf = 2k; cycle g = (inf, g+z_0, ..., g+z_{2k-1}) for g in
+    Z_2k, z = 0, 1, -1, 2, -2, ..., k. z's steps +1, -2, +3, ... are every nonzero difference of Z_2k once,
+    so the 2k translates use every link between Z_2k ranks once, inf -> g and g+k -> inf once each.
+    Even n: that construction on n-1 ranks, rank n-1 (new) put inside one link a -> b of every cycle
+    (a -> new -> b). For n = 2k+2 with k odd >= 3 the links taken out are those of the path
+    R = 0, 1, 3, ..., 2k-1, inf, k+1, k+3, ..., 2k-2, 2, 4, ..., k-1, which visits every rank once and takes
+    one link from each cycle (the cycle holding a -> b is g = a - z_t where b - a is z's step t; inf -> b is
+    in cycle b, a -> inf in a - k: R's links land in cycles 0, the odd g, k-1, k+1, the other evens and k,
+    each once), so (new, R) is the n-1-th cycle. Otherwise the link g -> g+1 of cycle g is taken out and
+    not used again (n-2 cycles)."""
+    if n <= 2:
+        return [tuple(range(n))]
+    if n % 2:
+        k = (n - 1) // 2
+        z = [0] + [v for t in range(1, k + 1) for v in ((t, -t) if t < k else (t,))]
+        return [(2 * k, *((g + x) % (2 * k) for x in z)) for g in range(2 * k)]
+    base, new, k = mesh_cycles(n - 1), n - 1, (n - 2) // 2
+    path = [0, *range(1, 2 * k, 2), 2 * k, *range(k + 1, 2 * k - 1, 2), *range(2, k, 2)] if k % 2 and k > 1 else []
+    cut = dict(pairwise(path)) if path else {g: (g + 1) % (2 * k) for g in range(2 * k)}
+    out = []
+    for cyc in base:
+        p = next(i for i, r in enumerate(cyc) if cut.get(r) == cyc[(i + 1) % len(cyc)])
+        out.append((*cyc[:p + 1], new, *cyc[p + 1:]))
+    return out + [(new, *path)] if path else out
+
+
+def _mesh_rings(b: ScheduleBuilder, coll: str, cycles: list, chans: int, P: int) -> None:
+    """Rings over ring positions, as _rail_rings: one template per (step, chunk, channel, position), channel c
+    on cycle c mod len(cycles). Position p sends to p + 1 the block of the rank at p - (s+1) (ReduceScatter)
+    or p - s (AllGather)."""
+    n, k = len(cycles[0]), chans * P
+    tid: dict[tuple[int, int, int, int], int] = {}     # (step index, chunk, channel, position) -> template
+    for g, s_idx, p, ph, s in _waves(b, _steps(coll, n), P):
+        for c in range(chans):
+            ring = cycles[c % len(cycles)]
+            back = -(s + 1) if ph == "rs" else -s
+            for j in range(n):
+                deps = []
+                if s_idx > 0:
+                    deps.append(tid[(s_idx - 1, p, c, (j - 1) % n)])   # the chunk arrived from upstream
+                    deps.append(order(tid[(s_idx - 1, p, c, j)]))     # my own previous send of it has left
+                if p > 0:
+                    deps.append(order(tid[(s_idx, p - 1, c, j)]))
+                tid[(s_idx, p, c, j)] = b.op(
+                    src=const(ring[j]), dst=const(ring[(j + 1) % n]),
+                    schunk=const(ring[(j + back) % n] * k + c * P + p), group=g,
                     kind=PUT_REDUCE if ph == "rs" else PUT, chan=c, deps=deps)
 
 

@@ -1,6 +1,23 @@
 """Trees: NCCL's pipelined double binary tree (AllReduce) and binomial trees (Broadcast, Reduce).
 
-AllReduce -- double binary tree (NCCL's ncclGetDtree, after Sanders, Speck & Traeff 2009). Tree 0 is
+AllReduce, ``shape = chains`` (the default on a two-tier topology of several domains of several
+ranks) -- NCCL's multi-node Tree (src/device/all_reduce.h runTreeUpDown; chains from the tree graph,
+src/graph/connect.cc:140-175): inside each domain a chain through its L ranks reduces a row (1/L of
+the buffer) into the rank whose NIC the channel uses, a double binary tree over the domains on that
+rail (ncclGetDtree over nodes; channel c on tree 0, channel c + nChannels on tree 1, each half the
+row) reduces it up and broadcasts it down, and the chain broadcasts it back: L chains side by side,
+one NIC each. The phases pipeline chunk by chunk (_phases.tree_allreduce); a chunk is one step of
+every channel, 2L x step_size bytes (NCCL: a Simple step is buffSize / NCCL_STEPS = 4 MiB / 8 =
+512 KiB, chunkSteps 1 for trees, src/enqueue.cc:2023-2024, src/init.cc:699). Per-channel limit:
+perChMaxTreeBws (src/graph/tuning.cc:190, Hopper 38.7 / 41.4 / 36.0 GB/s on 1 / 2 / 3+ domains;
+min at :306) caps the bus bandwidth NCCL counts for a tree (2S per collective, ratio 0.5 at :348)
+at L x channel_bw; the schedule states it as the rate of its ranks' busiest link (2(L-1)/L S on the
+chains, nic_load(D) S/L on a NIC) in ``notes["rate_cap"]``, applied where the endpoint models
+channels (docs/execution.md). NCCL's 0.92 and its 0.85 for the TREE pattern (tuning.cc:306, 309)
+are corrections of its model, not mechanisms, and are left out. Contention-free with Q chunks,
+T -> max(2(L-1)/L S / B_up, nic_load(D) S / (L B_out)) as Q grows.
+
+AllReduce, ``shape = flat`` (the default elsewhere) -- double binary tree (NCCL's ncclGetDtree, after Sanders, Speck & Traeff 2009). Tree 0 is
 the in-order binary tree over the ranks with rank 0 on top (ncclGetBtree: r's parent is
 ``(r ^ lowbit(r)) | (lowbit(r) << 1)``, or ``r ^ lowbit(r)`` when that is out of range); tree 1 is its
 mirror ``r -> N-1-r`` when N is even and its shift ``r -> r+1`` when N is odd, so a rank interior in
@@ -41,35 +58,64 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hcclsim.algorithms._phases import dtree_parents, levels, nic_load, tree_allreduce, tree_shape
+
 from hcclsim.schedule import OUT, PUT, PUT_REDUCE, Layout, ScheduleBuilder, const, order
 from hcclsim.schedule import collectives as C
 from hcclsim.schedule.algorithm import Algorithm, Problem, auto_chunks, opt, register
 
+SHAPES = ("auto", "flat", "chains")
+
 
 @dataclass(frozen=True)
 class TreeOptions:
-    chunks: int = opt(0, "pipelined chunks per tree (0: AllReduce one per chunk_size bytes up to max_chunks; "
-                         "Broadcast/Reduce 1)")
-    chunk_size: int = opt(128 << 10, "bytes per pipelined chunk for AllReduce when chunks=0 (latency is "
+    shape: str = opt("auto", "AllReduce: chains (NCCL's multi-node tree: a chain in each domain, a double "
+                             "binary tree over the domains per rail), flat (one double binary tree over all "
+                             "ranks), auto (chains on a two-tier topology of several domains of several ranks)")
+    chunks: int = opt(0, "pipelined chunks per tree (0: flat AllReduce one per chunk_size bytes, chains one per "
+                         "2L x step_size bytes, up to max_chunks; Broadcast/Reduce 1)")
+    chunk_size: int = opt(128 << 10, "bytes per pipelined chunk for a flat AllReduce when chunks=0 (latency is "
                                       "paid per level, not per chunk, so finer chunks shorten the fill)")
-    max_chunks: int = opt(64, "upper bound on automatic chunks")
+    max_chunks: int = opt(64, "upper bound on automatic chunks of an AllReduce")
+    step_size: int = opt(512 << 10, "chains: bytes one channel moves per pipeline step (NCCL's Simple step, "
+                                     "4 MiB / NCCL_STEPS)")
+    channel_bw: float = opt(36.0, "chains: GB/s of bus bandwidth one channel carries at most from 3 domains "
+                                  "(perChMaxTreeBws[Hopper][N4], src/graph/tuning.cc:190; 0: none)")
+    channel_bw_2: float = opt(41.4, "the same on 2 domains (perChMaxTreeBws[Hopper][N2])")
+    channel_bw_1: float = opt(38.7, "the same on 1 domain (perChMaxTreeBws[Hopper][N1])")
     max_templates: int = opt(1 << 18, "cap on the schedule's templates (it bounds the chunks on large N)")
 
     def __post_init__(self):
-        if self.chunks < 0 or self.chunk_size < 1 or self.max_chunks < 1 or self.max_templates < 1:
-            raise ValueError("chunks must be >= 0; chunk_size, max_chunks and max_templates >= 1")
+        if self.chunks < 0 or min(self.chunk_size, self.max_chunks, self.max_templates, self.step_size) < 1:
+            raise ValueError("chunks must be >= 0; chunk_size, max_chunks, step_size and max_templates >= 1")
+        if min(self.channel_bw, self.channel_bw_2, self.channel_bw_1) < 0:
+            raise ValueError("channel_bw, channel_bw_2 and channel_bw_1 must be >= 0")
+        if self.shape not in SHAPES:
+            raise ValueError(f"shape must be one of {', '.join(SHAPES)}, got {self.shape!r}")
 
 
 @register
 class Tree(Algorithm):
     name = "tree"
-    summary = "pipelined double binary tree AllReduce (NCCL-like); binomial Broadcast/Reduce; ~2 log2(N) alphas"
+    summary = ("pipelined double binary tree AllReduce (NCCL-like; two tiers: chains in each domain, trees per "
+               "rail); binomial Broadcast/Reduce; ~2 log2(N) alphas")
     collectives = (C.ALL_REDUCE, C.BROADCAST, C.REDUCE)
     requires = "any topology, any rank count"
     Options = TreeOptions
 
+    def _chains(self, problem: Problem) -> bool:
+        topo = problem.topology
+        if problem.collective != C.ALL_REDUCE or self.options.shape == "flat":
+            return False
+        return self.options.shape == "chains" or (topo.kind == "hierarchical" and topo.domains > 1 and topo.local > 1)
+
     def structure_key(self, problem, sizing, dtype_size):
         n, o = problem.nranks, self.options
+        if self._chains(problem):
+            D, L = problem.topology.domains, problem.topology.local
+            cap = max(1, o.max_templates // (2 * (L - 1) + 4 * (D - 1)))
+            want = o.chunks or min(-(-sizing.size_bytes // (2 * L * o.step_size)), o.max_chunks)
+            return int(min(max(want, 1), cap))
         per_chunk = 4 * (n - 1) if problem.collective == C.ALL_REDUCE else n - 1
         cap = max(1, o.max_templates // per_chunk)
         if o.chunks:
@@ -82,59 +128,22 @@ class Tree(Algorithm):
 
     def compile(self, problem: Problem, key):
         P = int(key) if key else 1
+        if self._chains(problem):
+            return self._compile_chains(problem, P)
         if problem.collective == C.ALL_REDUCE:
             return _double_tree(problem, self.label, P)
         return _binomial(problem, self.label, P)
 
-
-# ------------------------------------------------------------------------------- tree shapes
-
-def btree_parents(n: int) -> list[int]:
-    """NCCL's ncclGetBtree: parent of each rank in the in-order binary tree with rank 0 on top (-1: root)."""
-    parent = [-1] * n
-    for r in range(1, n):
-        bit = r & -r
-        up = (r ^ bit) | (bit << 1)
-        parent[r] = up if up < n else r ^ bit
-    return parent
-
-
-def dtree_parents(n: int) -> tuple[list[int], list[int]]:
-    """NCCL's ncclGetDtree: the two trees' parent lists (tree 1 mirrors tree 0 if n is even, else shifts it)."""
-    t0 = btree_parents(n)
-    if n % 2 == 0:
-        t1 = [-1 if t0[n - 1 - r] < 0 else n - 1 - t0[n - 1 - r] for r in range(n)]
-    else:
-        t1 = [-1 if t0[(r - 1) % n] < 0 else (t0[(r - 1) % n] + 1) % n for r in range(n)]
-    return t0, t1
-
-
-@dataclass(frozen=True)
-class _Shape:
-    root: int
-    parent: list[int]
-    children: list[list[int]]
-    height: list[int]      # 0 for leaves
-    depth: list[int]       # 0 for the root
-
-
-def _shape(parent: list[int]) -> _Shape:
-    n = len(parent)
-    children: list[list[int]] = [[] for _ in range(n)]
-    for r, p in enumerate(parent):
-        if p >= 0:
-            children[p].append(r)
-    root = parent.index(-1)
-    order, depth = [root], [0] * n
-    for v in order:                      # breadth first: parents before children
-        for c in children[v]:
-            depth[c] = depth[v] + 1
-            order.append(c)
-    height = [0] * n
-    for v in reversed(order):
-        if parent[v] >= 0:
-            height[parent[v]] = max(height[parent[v]], height[v] + 1)
-    return _Shape(root, parent, children, height, depth)
+    def _compile_chains(self, problem: Problem, Q: int):
+        topo, n = problem.topology, problem.nranks
+        D, L = topo.domains, topo.local
+        b = ScheduleBuilder(C.ALL_REDUCE, self.label, n, (D, L), Layout(1, Q * L * D * 2))
+        tree_allreduce(b, Q, "ring")
+        o = self.options
+        bw = {1: o.channel_bw_1, 2: o.channel_bw_2}.get(D, o.channel_bw) * 1e9
+        busiest = max(2 * (L - 1) / L, nic_load(D) / L)      # bytes / S on a rank's busiest link
+        b.notes.update(shape="chains", chunks=Q, rate_cap=L * bw * busiest / 2)   # NCCL's tree bus bytes: 2S
+        return b.build()
 
 
 # ------------------------------------------------------------------------------- AllReduce
@@ -142,12 +151,12 @@ def _shape(parent: list[int]) -> _Shape:
 def _double_tree(problem: Problem, label: str, P: int):
     n = problem.nranks
     b = ScheduleBuilder(C.ALL_REDUCE, label, n, (1, n), Layout(1, 2 * P))
-    trees = [_shape(par) for par in dtree_parents(n)]
+    trees = [tree_shape(par) for par in dtree_parents(n)]
     node = [const(x) for x in range(max(n, 2 * P))]
     red = [[0] * (n * P) for _ in trees]     # red[t][p*n + v]: v's reduce send of chunk p
     bc = [[0] * (n * P) for _ in trees]      # bc[t][p*n + c]: the broadcast that delivered chunk p to c
-    by_height = [_levels(sh.height) for sh in trees]
-    by_depth = [_levels(sh.depth) for sh in trees]
+    by_height = [levels(sh.height) for sh in trees]
+    by_depth = [levels(sh.depth) for sh in trees]
     nwaves = max(P - 1 + 2 * sh.height[sh.root] for sh in trees)   # the deepest broadcast runs in wave nwaves - 1
     for w in range(nwaves):
         g = b.next_group()
@@ -176,14 +185,6 @@ def _double_tree(problem: Problem, label: str, P: int):
                         bc[t][p * n + c] = b.op(src=node[v], dst=node[c], schunk=node[t * P + p], group=g,
                                                 kind=PUT, deps=deps)
     return b.build()
-
-
-def _levels(value: list[int]) -> list[list[int]]:
-    """Ranks grouped by value (height or depth), in rank order."""
-    out: list[list[int]] = [[] for _ in range(max(value) + 1)]
-    for r, x in enumerate(value):
-        out[x].append(r)
-    return out
 
 
 # ------------------------------------------------------------------------------- Broadcast / Reduce

@@ -216,3 +216,127 @@ def test_rank_mismatch_and_bad_flags_exit_2(capsys, tmp_path):
     assert_one_line_error(*run(capsys, "calibrate", p, "-t", "switch8", "-c", "all_reduce", "-o",
                                tmp_path / "c.toml"), "time_us")
 
+
+
+# ------------------------------------------------------------------------- fits the data cannot determine
+
+def calibrate_list(capsys, tmp_path, times, *extra):
+    """calibrate a plain JSON list [(size, time_us)] of all_reduce times against switch8."""
+    p = tmp_path / "measured.json"
+    p.write_text(json.dumps([{"size": s, "time_us": t} for s, t in times]))
+    out = tmp_path / "c.toml"
+    return (*run(capsys, "calibrate", p, "-t", "switch8", "-c", "all_reduce", *extra, "-o", out), out)
+
+
+@pytest.mark.parametrize("times,needles", [
+    ([(1 << 30, 5000.0)], ["1 distinct size (1073741824 B)", "needs at least 2"]),
+    ([(1 << 10, 35.0), (1 << 20, 35.0), (1 << 30, 35.0)], ["every measured time is 35 us, at all 3 sizes"]),
+    ([(1 << 20, 90.0), (1 << 22, 80.0), (1 << 24, 70.0)], ["do not grow with size"]),
+    # 1-3 bytes of float32 are 0 elements: the model has no bandwidth term at all
+    ([(1, 10.0), (2, 11.0), (3, 12.0)], ["does not depend on the bandwidth"]),
+    # 8 and 12 bytes both pad to the same per-rank block: latency and bandwidth move together
+    ([(8, 10.0), (12, 11.0)], ["cannot be told apart"]),
+    # flat at ~35 us from 8 B to 1 GiB: no bandwidth can be read off (the issue's 1.97e17 GB/s)
+    ([(8 << i, 35.0 + 0.01 * (i % 2)) for i in range(0, 28, 3)], ["do not determine the bandwidth", "±"]),
+])
+def test_an_undetermined_fit_is_exit_2_with_why(capsys, tmp_path, times, needles):
+    status, out, err, toml = calibrate_list(capsys, tmp_path, times)
+    assert_one_line_error(status, out, err, *needles)
+    assert not toml.exists()
+
+
+@pytest.mark.parametrize("noise,needle", [
+    ((-0.01, 0.01, 0.01, -0.01), "these times do not determine the latency"),      # by hand: 0.1 us ± 2.8 us
+    ((-0.03, 0.01, 0.01, 0.01), "the best fit has a negative latency"),            # by hand: -5.5 us ± 2 us
+])
+def test_a_latency_the_sizes_do_not_reach_is_refused(capsys, tmp_path, noise, needle):
+    """256 MiB-2 GiB only: 35 us of latency in times of 4-36 ms, under 1 % noise."""
+    sizes = [256 << 20, 512 << 20, 1 << 30, 2 << 30]
+    times = [ring_us(s, 8, 2 * 1.25e-6, 120e9) * (1 + e) for s, e in zip(sizes, noise)]
+    lat, _, se_lat, _ = by_hand(sizes, times)
+    assert lat < 0 or se_lat >= lat
+    status, out, err, toml = calibrate_list(capsys, tmp_path, list(zip(sizes, times)))
+    assert_one_line_error(status, out, err, needle, "± ", "standard error" if lat > 0 else "per hop")
+    assert not toml.exists()
+
+
+def test_the_one_size_log_we_have_is_refused(capsys, tmp_path):
+    log = Path(__file__).parents[1] / "validation" / "logs" / "h200_azure_ndv5_debian_allreduce_8G.txt"
+    assert_one_line_error(*run(capsys, "calibrate", log, "-t", "switch8", "-o", tmp_path / "c.toml"),
+                          "1 distinct size (8589934592 B)")
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e300])
+def test_times_out_of_floating_point_range_are_exit_2_not_warnings(capfd, tmp_path, scale):
+    """Before: LAPACK messages and LinAlgError (exit 3), or a RuntimeWarning and a wrong error."""
+    status, out, err, toml = calibrate_list(capfd, tmp_path, [(1024, scale), (4096, 2 * scale), (65536, 4 * scale)])
+    assert_one_line_error(status, out, err, "out of floating-point range", "microseconds")
+    assert "Warning" not in err and "DLASCL" not in out + err and not toml.exists()
+
+
+# ----------------------------------------------------------------------------------------- uncertainty
+
+def by_hand(sizes, times, n=8):
+    """The fit of the ring on a switch, done by hand. Model (us): T = 4(n-1) lat + 2(n-1)/n S x, x = 1/bw
+    (2(n-1) steps of a 2-hop path); relative residual r = a lat + b x - 1 with a = 4(n-1) 1e6 / M,
+    b = 2(n-1)/n S 1e6 / M. Normal equations by Cramer's rule; se = sqrt(s2 (J^T J)^-1 diagonal),
+    s2 = sum r^2 / (sizes - 2); se(bw) = se(x) / x^2."""
+    a = [4 * (n - 1) * 1e6 / t for t in times]
+    b = [2 * (n - 1) / n * s * 1e6 / t for s, t in zip(sizes, times)]
+    saa, sbb, sab = sum(v * v for v in a), sum(v * v for v in b), sum(u * v for u, v in zip(a, b))
+    det = saa * sbb - sab * sab
+    lat = (sbb * sum(a) - sab * sum(b)) / det
+    x = (saa * sum(b) - sab * sum(a)) / det
+    s2 = sum((u * lat + v * x - 1) ** 2 for u, v in zip(a, b)) / (len(sizes) - 2)
+    return lat, 1 / x, (s2 * sbb / det) ** 0.5, (s2 * saa / det) ** 0.5 / x ** 2
+
+
+def test_noisy_data_states_the_standard_errors_derived_by_hand(capsys, tmp_path):
+    hop, bw = 1.25e-6, 120e9
+    sizes = [1 << 16, 1 << 20, 1 << 24, 1 << 28]
+    times = [ring_us(s, 8, 2 * hop, bw) * (1 + e) for s, e in zip(sizes, (0.02, -0.02, -0.02, 0.02))]
+    lat, fbw, se_lat, se_bw = by_hand(sizes, times)
+    assert 0 < se_lat < lat and 0 < se_bw < fbw                      # a case calibrate must accept
+
+    from hcclsim.analysis import calibrate
+    from hcclsim.network import config
+    from hcclsim.results import nccltests
+    name, label, doc = config.resolve("switch8")
+    m = nccltests.Measurement("x", "all_reduce", None, 8, "float32", np.array(sizes), np.array(times))
+    f = calibrate.fit(doc, name, label, "all_reduce", "ring", m, "float32")
+    assert (f.latency, f.bandwidth) == (pytest.approx(lat, rel=1e-9), pytest.approx(fbw, rel=1e-9))
+    assert (f.latency_se, f.bandwidth_se) == (pytest.approx(se_lat, rel=1e-9), pytest.approx(se_bw, rel=1e-9))
+
+    from hcclsim.core.units import parse_bandwidth, parse_time
+    status, out, err, toml = calibrate_list(capsys, tmp_path, list(zip(sizes, times)))
+    assert status == 0, err
+    fitted_line = next(x for x in out.splitlines() if x.startswith("fitted:"))
+    shown_lat = fitted_line.split("latency = ")[1].split(" (was")[0].split(" ± ")
+    shown_bw = fitted_line.split("bandwidth = ")[1].split(" = efficiency")[0].split(" ± ")
+    assert parse_time(shown_lat[1]) == pytest.approx(se_lat, rel=0.05)          # two significant digits
+    assert parse_bandwidth(shown_bw[1]) == pytest.approx(se_bw, rel=0.05)
+    assert "one standard error of the least-squares fit over 4 sizes" in out
+    comments = [x for x in toml.read_text().splitlines() if x.startswith("#")]
+    assert any(f"latency: {shown_lat[0]} ± {shown_lat[1]}" in x for x in comments), comments
+    assert any("one standard error" in x for x in comments)
+
+
+def test_exact_alpha_beta_data_has_no_uncertainty_to_speak_of(capsys, tmp_path):
+    sizes = [1 << 16, 1 << 20, 1 << 24, 1 << 28]
+    times = [ring_us(s, 8, 2 * 1.25e-6, 120e9) for s in sizes]
+    from hcclsim.analysis import calibrate
+    from hcclsim.network import config
+    from hcclsim.results import nccltests
+    name, label, doc = config.resolve("switch8")
+    m = nccltests.Measurement("x", "all_reduce", None, 8, "float32", np.array(sizes), np.array(times))
+    f = calibrate.fit(doc, name, label, "all_reduce", "ring", m, "float32")
+    assert f.latency_se < 1e-9 * f.latency and f.bandwidth_se < 1e-9 * f.bandwidth
+
+
+def test_two_sizes_fit_exactly_and_say_the_uncertainty_is_unknown(capsys, tmp_path):
+    times = [(s, ring_us(s, 8, 2 * 1.25e-6, 120e9)) for s in (1 << 16, 1 << 26)]
+    status, out, err, toml = calibrate_list(capsys, tmp_path, times)
+    assert status == 0, err
+    assert "no uncertainty: 2 sizes for 2 parameters" in out and "±" not in out
+    assert "# no uncertainty: 2 sizes for 2 parameters" in toml.read_text()
+    assert fitted(toml) == (pytest.approx(1.25e-6, rel=1e-6), pytest.approx(120e9, rel=1e-6))

@@ -13,8 +13,10 @@ from helpers import run_cli as run
 
 from hcclsim.analysis import gate
 from hcclsim.cli import cli
+from hcclsim.engine.execution import Noise
 from hcclsim.results import read as results_read
 from hcclsim.sweeping.sweep import COLUMNS
+from hcclsim.sweeping.sweep import columns as sweep_columns
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = ROOT / "results" / "baselines" / "switch8-allreduce.csv"
@@ -169,7 +171,7 @@ def test_mismatched_columns_are_exit_2(capsys, base, tmp_path):
     ("x.json", '{"schema_version": 2, "rows": []}',
      "schema_version 2 is not supported (this hccl-bench reads version 1); regenerate the file"),
     ("x.json", '{"rows": []}', "schema_version None is not supported"),
-    ("x.csv", "", "malformed CSV"),
+    ("x.csv", "", "malformed CSV (empty file; expected a header line)"),
     ("x.csv", ",".join(COLUMNS) + "\n", "no rows"),
 ])
 def test_bad_files_are_exit_2(capsys, base, tmp_path, name, text, needle):
@@ -178,12 +180,167 @@ def test_bad_files_are_exit_2(capsys, base, tmp_path, name, text, needle):
     assert_error(*run(capsys, "compare", base, path), needle)
 
 
-def test_bad_values_and_duplicate_keys_are_exit_2(capsys, base, tmp_path):
+def test_a_non_number_and_duplicate_keys_are_exit_2(capsys, base, tmp_path):
     bad = rows().astype({"time_us": object})
     bad.loc[0, "time_us"] = "fast"
-    assert_error(*run(capsys, "compare", base, write(tmp_path, bad)), "column time_us holds a value that is not a number")
+    assert_error(*run(capsys, "compare", base, write(tmp_path, bad)),
+                 "line 2, column time_us: expected a finite number >= 0, got 'fast'")
     dup = pd.concat([rows(), rows().iloc[:1].assign(time_us=lambda d: d.time_us * 2)])
     assert_error(*run(capsys, "compare", base, write(tmp_path, dup, "dup.csv")), "2 rows share their keys")
+
+
+def edited(column, value, row=5):
+    """rows() with one cell replaced (the last row by default: a bad value is found wherever it is)."""
+    df = rows().astype({column: object})
+    df.loc[row, column] = value
+    return df
+
+
+# (column, value, what the error says after "column COLUMN: "): the issue's cases first
+CSV_CASES = [
+    ("time_us", -1.0, "expected a finite number >= 0, got '-1.0'"),
+    ("time_us", "inf", "expected a finite number >= 0, got 'inf'"),
+    ("time_us", "NaN", "expected a finite number >= 0, got 'NaN'"),
+    ("ranks", 8.7, "expected a whole number >= 1 and < 2**53, got '8.7'"),
+    ("algorithm", "", "expected a non-empty string, got an empty field"),
+    ("busbw_GBps", -0.5, "expected a finite number >= 0, got '-0.5'"),
+    ("algbw_GBps", "1e999", "expected a finite number >= 0, got '1e999'"),
+    ("size_bytes", -8, "expected a whole number >= 0 and < 2**53, got '-8'"),
+    ("size_bytes", "1K", "expected a whole number >= 0 and < 2**53, got '1K'"),
+    ("ranks", 0, "expected a whole number >= 1 and < 2**53, got '0'"),
+    ("count", "", "expected a whole number >= 0 and < 2**53, got an empty field"),
+    ("root", -2, "expected a whole number >= -1 and < 2**53, got '-2'"),
+    ("topology", "   ", "expected a non-empty string, got an empty field"),
+]
+
+
+@pytest.mark.parametrize("column,value,says", CSV_CASES)
+def test_an_impossible_value_in_csv_is_exit_2_naming_line_and_column(capsys, base, tmp_path, column, value, says):
+    cur = write(tmp_path, edited(column, value))
+    assert_error(*run(capsys, "compare", base, cur), "CURRENT", "cur.csv", f"line 7, column {column}: {says}")
+    assert_error(*run(capsys, "compare", cur, base), "BASELINE", "cur.csv", f"line 7, column {column}: {says}")
+
+
+JSON_CASES = [
+    ("time_us", -1.0, "expected a finite number >= 0, got -1.0"),
+    ("time_us", float("inf"), "expected a finite number >= 0, got inf"),
+    ("time_us", float("nan"), "expected a finite number >= 0, got nan"),
+    ("time_us", None, "expected a finite number >= 0, got null"),
+    ("ranks", 8.7, "expected a whole number >= 1 and < 2**53, got 8.7"),
+    ("ranks", True, "expected a whole number >= 1 and < 2**53, got true"),
+    ("ranks", "8", "expected a whole number >= 1 and < 2**53, got the string '8'"),
+    ("size_bytes", 2.0 ** 60, "expected a whole number >= 0 and < 2**53, got 1.152921504606847e+18"),
+    ("size_bytes", 2 ** 53 + 1, "expected a whole number >= 0 and < 2**53, got 9007199254740993"),  # not 2**53
+    ("size_bytes", 10 ** 400, "expected a whole number >= 0 and < 2**53, got 1" + "0" * 29 + "... (401 characters)"),
+    ("algorithm", "", "expected a non-empty string, got ''"),
+    ("engine", 1, "expected a non-empty string, got 1"),
+]
+
+
+@pytest.mark.parametrize("column,value,says", JSON_CASES)
+def test_an_impossible_value_in_json_is_exit_2_naming_its_path(capsys, base, tmp_path, column, value, says):
+    cur = write(tmp_path, edited(column, value), "cur.json")
+    assert_error(*run(capsys, "compare", base, cur), "CURRENT", "cur.json", f"rows[5].{column}: {says}")
+
+
+def test_a_key_absent_from_one_json_row_is_exit_2(capsys, base, tmp_path):
+    records = rows().to_dict(orient="records")
+    del records[2]["busbw_GBps"]
+    path = tmp_path / "cur.json"
+    path.write_text(json.dumps({"schema_version": 1, "rows": records}))
+    assert_error(*run(capsys, "compare", base, path), "rows[2].busbw_GBps: expected a finite number >= 0, "
+                 "got nothing (the key is absent)")
+
+
+def test_whole_numbers_written_as_floats_are_read_exactly(capsys, base, tmp_path):
+    """ranks and sizes as 8.0 (JSON, or a CSV pandas wrote from a float column) are the same rows."""
+    floats = rows().astype({"ranks": float, "size_bytes": float, "count": float})
+    for name in ("cur.csv", "cur.json"):
+        status, out, err = run(capsys, "compare", base, write(tmp_path, floats, name), "--tolerance", "0")
+        assert (status, err) == (0, ""), err
+        assert "6 within limits, of 6 common rows" in out
+    assert "8.0,analytic,1024.0" in (tmp_path / "cur.csv").read_text()
+
+
+def test_percentile_and_counter_columns_are_checked_and_counters_may_be_empty(capsys, base, tmp_path):
+    spread = rows().assign(time_us_p50=rows().time_us, time_us_max=rows().time_us * 1.1, events=float("nan"))
+    ok = write(tmp_path, spread)
+    assert ok.read_text().splitlines()[1].endswith(",")                      # events written as an empty field
+    assert run(capsys, "compare", base, ok)[0] == 0                           # as for analytic rows
+    spread.loc[3, "time_us_max"] = -2.0
+    assert_error(*run(capsys, "compare", base, write(tmp_path, spread)),
+                 "line 5, column time_us_max: expected a finite number >= 0, got '-2.0'")
+    spread.loc[3, "time_us_max"] = 1.0
+    spread.loc[1, "events"] = -1.0
+    assert_error(*run(capsys, "compare", base, write(tmp_path, spread)),
+                 "line 3, column events: expected a finite number >= 0 or nothing, got '-1.0'")
+
+
+def test_every_column_a_sweep_writes_has_a_type():
+    noisy = Noise(iters=3)
+    assert set(sweep_columns(stats=True, auto=True, noise=noisy)) == set(results_read.COLUMN_TYPES)
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("a,b\n1,2,3\n", "malformed CSV: line 2 has 3 fields, the header 2"),
+    (",".join(COLUMNS) + ",\n" + "x," * len(COLUMNS) + "\n", "header field 14 has no column name"),
+    (",".join(COLUMNS + ["time_us"]) + "\n", "the header names column 'time_us' twice"),
+])
+def test_a_malformed_csv_is_exit_2(capsys, base, tmp_path, text, needle):
+    path = tmp_path / "x.csv"
+    path.write_text(text)
+    assert_error(*run(capsys, "compare", base, path), needle)
+
+
+def test_a_short_line_is_refused_not_padded(capsys, base, tmp_path):
+    """Two writers interleaving lines leave a line with too few fields: never read as empty values."""
+    cur = write(tmp_path, rows())
+    lines = cur.read_text().splitlines()
+    lines[3] = ",".join(lines[3].split(",")[:7])
+    cur.write_text("\n".join(lines) + "\n")
+    assert_error(*run(capsys, "compare", base, cur), "malformed CSV: line 4 has 7 fields, the header 13")
+
+
+def test_blank_lines_are_skipped_and_line_numbers_stay_true(capsys, base, tmp_path):
+    cur = write(tmp_path, edited("time_us", -3.0))
+    lines = cur.read_text().splitlines()
+    cur.write_text("\n".join(lines[:2] + [""] + lines[2:]) + "\n")
+    assert_error(*run(capsys, "compare", base, cur), "line 8, column time_us")
+
+
+@pytest.mark.parametrize("field,value,says", [
+    ("schema_version", True, "schema_version: expected an integer such as 1, got true"),
+    ("hccl_bench_version", "", "hccl_bench_version: expected a non-empty string, got ''"),
+    ("inputs_sha256", "abc", "inputs_sha256: expected 64 lowercase hex digits, got the string 'abc'"),
+    ("git_revision", 7, "git_revision: expected 40 lowercase hex digits, got 7"),
+    ("topology", "switch8", "topology: expected an object, got the string 'switch8'"),
+])
+def test_mistyped_metadata_is_exit_2(capsys, base, tmp_path, field, value, says):
+    path = tmp_path / "cur.json"
+    path.write_text(json.dumps({"schema_version": 1, field: value, "rows": rows().to_dict(orient="records")}))
+    assert_error(*run(capsys, "compare", base, path), "cur.json", says)
+    sidecar = Path(str(base) + ".meta.json")
+    sidecar.write_text(json.dumps({"schema_version": 1, field: value}))
+    assert_error(*run(capsys, "compare", base, base), "base.csv.meta.json", says)
+
+
+def test_an_empty_json_key_is_exit_2(capsys, base, tmp_path):
+    records = rows().to_dict(orient="records")
+    records[1][""] = 3
+    path = tmp_path / "cur.json"
+    path.write_text(json.dumps({"schema_version": 1, "rows": records}))
+    assert_error(*run(capsys, "compare", base, path), "rows[1] has a key with no column name")
+
+
+def test_a_negative_time_no_longer_passes_the_gate_as_an_improvement(capsys, base, tmp_path):
+    """The issue's case: time_us -1 read as a 100 % improvement, exit 0."""
+    cur = write(tmp_path, rows().assign(time_us=lambda d: d.time_us.where(d.index != 0, -1.0)))
+    status, out, err = run(capsys, "compare", base, cur)
+    assert status == 2 and "improvement" not in out + err
+
+
+def test_a_directory_is_not_called_missing(capsys, base, tmp_path):
+    assert_error(*run(capsys, "compare", base, tmp_path), "CURRENT: a directory, not a file")
 
 
 def test_identical_repeated_rows_count_once(capsys, tmp_path):
@@ -209,9 +366,9 @@ def test_rows_in_one_file_are_reported_and_fail_only_when_strict(capsys, base, t
     assert status == 1 and "FAIL" in out and "(--strict: these fail)" in out
 
 
-def test_only_the_first_few_unmatched_rows_are_listed():
-    many = pd.concat([rows().assign(size_bytes=rows().size_bytes + k) for k in range(3)])
-    c = gate.compare(results_read._normalise(many, "b"), results_read._normalise(rows(), "c"))
+def test_only_the_first_few_unmatched_rows_are_listed(tmp_path):
+    many = write(tmp_path, pd.concat([rows().assign(size_bytes=rows().size_bytes + k) for k in range(3)]), "m.csv")
+    c = gate.compare(results_read.load_results(str(many)), results_read.load_results(str(write(tmp_path, rows()))))
     (line,) = gate.only_in_lines(c)
     assert line.startswith("12 rows only in BASELINE") and line.endswith("; and 7 more")
 

@@ -1,13 +1,16 @@
 """Executors (docs/config.md, "Parallel and distributed sweeps"): a sweep run on a local Dask cluster gives
 the same rows as the local executor, through the command line and the API; bad --executor/--scheduler
 input is one line, exit 2, before anything is written; an interrupted Dask sweep cancels what has not
-run and keeps its rows; the local executor forks its workers only when no unknown thread runs."""
+run and keeps its rows; the local executor forks its workers only when no unknown thread runs. A peer
+that is not a Dask scheduler (silent, HTTP, a Dask worker) is one line, exit 2, within the connect limit."""
 
 import contextlib
 import io
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pandas as pd
@@ -170,6 +173,98 @@ def test_executor_errors_are_one_line_exit_2_and_write_nothing(capsys, monkeypat
     assert_one_line_error(status, out, err, *[n.format(port=port) for n in needles])
     assert path.read_text() == "kept\n"                             # refused before the output is opened
     assert time.monotonic() - t0 < 10                               # a short connect timeout, no hang
+
+
+class FakePeer(threading.Thread):
+    """A TCP server on 127.0.0.1 that is not a Dask scheduler: it accepts, then stays silent, answers HTTP at
+    once or after a request, or closes."""
+
+    HTTP = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok"
+
+    def __init__(self, behaviour: str):
+        super().__init__(daemon=True)
+        self.behaviour, self.held = behaviour, []
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.server.settimeout(0.1)
+        self.address = f"tcp://127.0.0.1:{self.server.getsockname()[1]}"
+        self.stopping = threading.Event()
+        self.start()
+
+    def run(self):
+        while not self.stopping.is_set():
+            try:
+                conn, _ = self.server.accept()
+            except TimeoutError:
+                continue
+            self.held.append(conn)                                  # never closed by us before stop()
+            if self.behaviour == "http":
+                conn.sendall(self.HTTP)
+            elif self.behaviour == "http-on-request":
+                conn.settimeout(30)
+                with contextlib.suppress(OSError):
+                    if conn.recv(1024):
+                        conn.sendall(self.HTTP)
+            elif self.behaviour == "closes":
+                conn.close()
+
+    def stop(self):
+        self.stopping.set()
+        self.join()
+        for conn in [*self.held, self.server]:
+            conn.close()
+
+
+def run_bounded(capsys, seconds: float, *argv):
+    """run_cli in a thread, given `seconds` to answer: a hang fails the test instead of stopping it."""
+    from hcclsim.cli import main
+
+    done = []
+    thread = threading.Thread(target=lambda: done.append(main([str(a) for a in argv])), daemon=True)
+    t0 = time.monotonic()
+    thread.start()
+    thread.join(seconds)
+    assert done, f"no answer within {seconds} s"
+    out = capsys.readouterr()
+    return done[0], out.out, out.err, time.monotonic() - t0
+
+
+@pytest.mark.parametrize(("behaviour", "needles"), [
+    ("silent", ["no Dask scheduler answered within 1 s", "HCCL_BENCH_CONNECT_TIMEOUT"]),
+    ("http", ["not a Dask scheduler (it answered b'HTTP/1.1 200 OK"]),
+    ("http-on-request", ["no Dask scheduler answered within 1 s"]),   # it waits for a request we never send
+    ("closes", ["not a Dask scheduler (it closed the connection without a word)"]),
+])
+def test_a_peer_that_is_not_a_dask_scheduler_is_one_line_within_the_limit(capsys, monkeypatch, tmp_path,
+                                                                           behaviour, needles):
+    """Was: a silent peer hung for good (the handshake read has no limit); HTTP ended in exit 3, a MemoryError
+    for the 3 EiB message 'HTTP/1.1' spells as a length."""
+    pytest.importorskip("distributed")
+    monkeypatch.setenv("HCCL_BENCH_CONNECT_TIMEOUT", "1")
+    peer = FakePeer(behaviour)
+    path = tmp_path / "out.csv"
+    try:
+        status, out, err, took = run_bounded(capsys, 20, *SWEEP, "--executor", "dask", "--scheduler",
+                                             peer.address, "-o", path)
+    finally:
+        peer.stop()
+    assert_one_line_error(status, out, err, f"--scheduler {peer.address}: ", *needles,
+                          "expected the address `dask scheduler` prints")
+    assert took < 1 + 2 and not path.exists()                      # the limit and the probe's grace second
+
+
+def test_a_dask_worker_is_not_the_scheduler(capsys, cluster):
+    worker = min(cluster.scheduler_info["workers"])
+    status, out, err, _ = run_bounded(capsys, 30, *SWEEP, "--executor", "dask", "--scheduler", worker)
+    assert_one_line_error(status, out, err, f"--scheduler {worker}: that is a Dask Worker, not the scheduler")
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-1", "inf", "nan"])
+def test_the_connect_limit_must_be_seconds(capsys, monkeypatch, value):
+    pytest.importorskip("distributed")
+    monkeypatch.setenv("HCCL_BENCH_CONNECT_TIMEOUT", value)
+    status, out, err = run(capsys, *SWEEP, "--executor", "dask", "--scheduler", "tcp://127.0.0.1:8786")
+    assert_one_line_error(status, out, err, f"HCCL_BENCH_CONNECT_TIMEOUT: expected seconds > 0 (e.g. 5), "
+                                            f"got {value!r}")
 
 
 def test_without_the_dask_extra(capsys, monkeypatch):

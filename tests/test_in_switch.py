@@ -191,3 +191,91 @@ def test_every_link_carries_what_the_collective_needs(spec, coll, up, down):
     t = analytic.run(s, topo, [C.sizing(coll, size, 4, 8).block_elems], 4, want_links=True)
     np.testing.assert_allclose(t.link_bytes[:8, 0], up * size)       # links 0..N-1: rank -> switch
     np.testing.assert_allclose(t.link_bytes[8:, 0], down * size)     # links N..2N-1: switch -> rank
+
+
+# ------------------------------------------------------------- NCCL's NVLS steps and their per-step cost
+
+KIB, MIB, GIB = 1 << 10, 1 << 20, 1 << 30
+
+
+def gpu_like(channels=1, step=2e-6, fixed=10e-6):
+    """switch8 (50 GB/s, 500 ns hops) with an NVLS endpoint: fixed latency, per-step cost, NVLS channels."""
+    from hcclsim.network.params import Endpoint
+    return build_flat("nvls", "switch", 8, BW, LAT, in_switch_reduce=True,
+                      endpoint=Endpoint(in_switch_latency=fixed, in_switch_step_latency=step,
+                                        in_switch_channels=channels))
+
+
+def steps(coll, size, topo, spec="in_switch:chunking=nccl"):
+    algo, prob = parse_spec(spec), Problem(coll, topo)
+    return algo.structure_key(prob, C.sizing(coll, size, 4, topo.nranks), 4)
+
+
+def test_nccl_chunking_is_calccollchunking_on_16_channels_of_8_heads():
+    """Hand-derived from enqueue.cc:2052-2054 on S/16 bytes per channel, 8 heads: 4 MiB -> 256 K per channel
+    is below 2 x 8 x 32 K, so 16 K chunks, 4 MiB / (16 x 8 x 16 K) = 2 steps; 8 MiB: 512 K is not below 512 K,
+    32 K, 2 steps; 64 MiB: 4 M is not below 8 x 8 x 64 K, 64 K, 8 steps; 1 GiB: 64 M is not below 64 x 8 x 128 K,
+    128 K, 64 steps; Broadcast has one head: 8 MiB / (16 x 32 K) = 16."""
+    from hcclsim.algorithms.in_switch import nvls_chunk
+    topo = gpu_like(channels=16)
+    assert [nvls_chunk(s // 16, 8) for s in (4 * MIB, 8 * MIB, 64 * MIB, GIB)] == [16 * KIB, 32 * KIB, 64 * KIB,
+                                                                                 128 * KIB]
+    assert [steps("all_reduce", s, topo) for s in (1 * KIB, 4 * MIB, 8 * MIB, 16 * MIB, 64 * MIB, GIB)] == \
+        [1, 2, 2, 4, 8, 64]
+    assert steps("all_gather", 64 * MIB, topo) == steps("reduce_scatter", 64 * MIB, topo) == 8
+    assert steps("broadcast", 8 * MIB, topo) == steps("reduce", 8 * MIB, topo) == 16
+    assert steps("all_reduce", 8 * GIB, topo) == 4096 // 9               # NCCL's 512, capped as every P
+    # 24 channels (one Blackwell node): 64 MiB / 24 = 2.67 M per channel, below 8 x 8 x 64 K: 32 K chunks,
+    # ceil(64 MiB / (24 x 8 x 32 K)) = 11 steps
+    assert steps("all_reduce", 64 * MIB, gpu_like(channels=24)) == 11
+    assert steps("all_reduce", GIB, topo, "in_switch") == 64                  # the default: fixed
+    assert steps("all_reduce", GIB, topo, "in_switch:chunks=5") == 5
+
+
+def test_generic_topologies_keep_fixed_chunks_and_refuse_nccl_chunking():
+    generic = nvls(8)
+    assert steps("all_reduce", GIB, generic, "in_switch") == 64 and steps("all_reduce", MIB, generic, "in_switch") == 32
+    why = parse_spec("in_switch:chunking=nccl").unsupported(Problem("all_reduce", generic))
+    assert why == "chunking=nccl needs the endpoint's NVLS channel count ([endpoint] in_switch_channels)"
+    with pytest.raises(ConfigError, match="chunking must be one of fixed, nccl"):
+        parse_spec("in_switch:chunking=ncc")
+
+
+@pytest.mark.parametrize("coll", COLLS)
+def test_nccl_steps_compute_the_collective(coll):
+    topo = gpu_like(channels=16)
+    for size in (4 * MIB, 16 * MIB):                                      # P = 2, 4 (Broadcast, Reduce: 8, 32)
+        s = compile_for("in_switch:chunking=nccl", coll, topo, size, root=3)
+        for count in counts_to_check(8):
+            check(s, count)
+
+
+def timed(coll, size, topo, engine="analytic"):
+    from hcclsim.sweeping.sweep import sweep
+    rows = sweep(topo, [coll], "in_switch:chunking=nccl", [size], engine=engine, launch="device").rows
+    return dict(zip(rows.engine, rows.time_us * 1e-6))
+
+
+def test_each_nvls_step_pays_the_step_latency_once_in_series_with_its_data():
+    """AllReduce, one channel, 8 MiB: 64 K chunks (8 MiB is not below 8 x 8 x 64 K), P = 16; y = S/(P B),
+    u = (1 + 1/N) y; the uploads and the multicast stores are two chains of P steps, each paying o before
+    it starts: fixed + 4a + P o + 2y + P u + max(o + y/N, u) (module docstring). Without the per-step cost
+    the generic closed form holds."""
+    size, P, n, o, fixed = 8 * MIB, 16, 8, 2e-6, 10e-6
+    y = size / P / BW
+    u = (1 + 1 / n) * y
+    t = timed("all_reduce", size, gpu_like(step=o, fixed=fixed))["analytic"]
+    assert t == pytest.approx(fixed + 4 * LAT + P * o + 2 * y + P * u + max(o + y / n, u), rel=1e-9)
+    free = timed("all_reduce", size, gpu_like(step=0.0, fixed=fixed))["analytic"]
+    assert free == pytest.approx(fixed + closed_form("all_reduce", n, size, P, "nvls"), rel=1e-9)
+
+
+@pytest.mark.parametrize("coll", ["broadcast", "reduce"])
+def test_engines_agree_on_the_per_step_cost(coll):
+    """The root's uploads are one chain: P = 8 MiB / (1 x 64 K) = 128 steps of o + y, the last multicast y
+    after them: fixed + 2a + P (o + y) + y; the packet engine multicasts packet by packet, within 3 %."""
+    size, P, o, fixed = 8 * MIB, 128, 2e-6, 10e-6
+    y = size / P / BW
+    t = timed(coll, size, gpu_like(step=o, fixed=fixed), "analytic,packet")
+    assert t["analytic"] == pytest.approx(fixed + 2 * LAT + P * (o + y) + y, rel=1e-9)
+    assert t["packet"] == pytest.approx(t["analytic"], rel=0.03)

@@ -85,10 +85,17 @@ def test_ctrl_c_keeps_every_finished_row_and_resume_completes_it(capsys, monkeyp
     assert status == 0 and computed == [] and path.read_text() == fresh
 
 
+def in_progress(path, text, tmp_path):
+    """path holds text, as a sweep with the fixture's inputs still writing it would leave it."""
+    path.write_text(text)
+    meta = json.loads((tmp_path / "fresh.csv.meta.json").read_text())
+    Path(f"{path}.meta.json").write_text(json.dumps({**meta, "in_progress": True}))
+
+
 def test_resume_drops_a_line_cut_short_by_a_crash(capsys, tmp_path, fresh):
     path = tmp_path / "out.csv"
     lines = fresh.splitlines(keepends=True)
-    path.write_text("".join(lines[:10]) + lines[10][:17])               # killed mid-write
+    in_progress(path, "".join(lines[:10]) + lines[10][:17], tmp_path)  # killed mid-write
     status, _, err = run(capsys, *SWEEP, "-o", str(path), "--resume", "--format", "csv")
     assert status == 0 and "error" not in err and path.read_text() == fresh
 
@@ -97,7 +104,7 @@ def test_resume_in_a_different_order_ends_in_the_sweep_order(capsys, tmp_path, f
     """Rows appended out of order (as parallel workers finish) are sorted at the end."""
     path = tmp_path / "out.csv"
     lines = fresh.splitlines(keepends=True)
-    path.write_text(lines[0] + "".join(lines[30:37]) + "".join(lines[8:15]))
+    in_progress(path, lines[0] + "".join(lines[30:37]) + "".join(lines[8:15]), tmp_path)
     status, _, _ = run(capsys, *SWEEP, "-o", str(path), "--resume", "--format", "csv")
     assert status == 0 and path.read_text() == fresh
 
@@ -156,9 +163,9 @@ def test_jobs_2_with_this_process_helping_gives_the_same_rows(monkeypatch):
 
 @pytest.mark.parametrize(("argv", "needles"), [
     (["--resume"], ["--resume: needs -o/--output FILE"]),
-    (["--resume", "-o", "{path}", "-t", "ring8"], ["topology switch8, this sweep is topology ring8"]),
-    (["--resume", "-o", "{path}", "-d", "float16"], ["dtype float32, this sweep is dtype float16"]),
-    (["--resume", "-o", "{path}", "--stats"], ["has columns", "--stats"]),
+    (["--resume", "-o", "{path}", "-t", "ring8"], ["topology.name=switch8, this sweep has topology.name=ring8"]),
+    (["--resume", "-o", "{path}", "-d", "float16"], ["dtype=float32, this sweep has dtype=float16"]),
+    (["--resume", "-o", "{path}", "--stats"], ["stats=False, this sweep has stats=True"]),
     (["-j", "0"], ["--jobs: expected a whole number >= 1"]),
 ])
 def test_resume_and_jobs_errors_are_one_line_exit_2(capsys, tmp_path, fresh, argv, needles):

@@ -340,15 +340,18 @@ def test_docs_tune_example_is_the_closed_forms():
     * direct_oneshot: every rank PUT_REDUCEs S to its 127 peers at once; the 120 outside its domain share
       its 50 GB/s NIC: a_out + 120 S/B_out (the 7 inside take 7 S/400 GB/s, less).
     * direct_twoshot: the same twice on S/128 pieces: 2 (a_out + 120 (S/128)/B_out).
-    * hierarchical (intra ring: the switch does not reduce; one channel on a switch; inter ring):
-      2(L-1)(a_up + S/(L B_up)) + 2(D-1)(a_out + S/(L D B_out)).
+    * tree (NCCL's multi-node shape on two tiers: a chain through each domain, rotated per rail so a rank
+      sends for one chain per step, and per rail a double binary tree over the 16 domains, each tree
+      carrying half of the rail's S/L; one chunk up to 2 L x 512 KiB = 8 MiB): the chain reduce and
+      broadcast 2(L-1)(a_up + S/(L B_up)), the trees' 4 levels up and 4 down 8 a_out, and what the
+      busiest NIC carries over those 8 steps, 7 S/(L B_out).
 
     oneshot beats twoshot while 120 S/B_out (1 - 1/64) < a_out: S < 3386 B, so up to 2048 B on the
-    factor-2 grid; hierarchical beats twoshot between 4 MiB (292 against 173 us) and 8 MiB (330.02
-    against 330.57 us). margin = runner-up / best - 1, at the size of a range where it is smallest:
-    2048 B, 4096 B and 8 MiB (each contender's lead shrinks towards the crossover). Where the
-    hierarchical range ends, and what wins at the largest sizes (bandwidth, where ring's rail-aligned
-    channels compete), is not derived here."""
+    factor-2 grid; the tree beats twoshot from 4 MiB (169.75 against 173.28 us; at 2 MiB 123.9 against
+    94.6). margin = runner-up / best - 1, at the size of a range where it is smallest: 2048 B, 4096 B
+    and 4 MiB (each contender's lead shrinks towards the crossover). Where the tree's range ends, and
+    what wins at the largest sizes (bandwidth, where ring's rail-aligned channels compete), is not
+    derived here."""
     L, D, B_up, B_out, a_up, a_out = 8, 16, 400e9, 50e9, 1e-6, 8e-6
     N = L * D
 
@@ -358,14 +361,14 @@ def test_docs_tune_example_is_the_closed_forms():
     def twoshot(S):
         return 2 * (a_out + (N - L) * (S / N) / B_out)
 
-    def hierarchical(S):
-        return 2 * (L - 1) * (a_up + S / (L * B_up)) + 2 * (D - 1) * (a_out + S / (N * B_out))
+    def tree(S):
+        return 2 * (L - 1) * (a_up + S / (L * B_up)) + 8 * a_out + 7 * S / (L * B_out)
 
     assert oneshot(2048) < twoshot(2048) and twoshot(4096) < oneshot(4096)
-    assert twoshot(4 << 20) < hierarchical(4 << 20) and hierarchical(8 << 20) < twoshot(8 << 20)
+    assert twoshot(2 << 20) < tree(2 << 20) and tree(4 << 20) < twoshot(4 << 20)
     want = [(8, 2048, "direct_oneshot", "direct_twoshot", 9, twoshot(2048) / oneshot(2048) - 1),
-            (4096, 4 << 20, "direct_twoshot", "direct_oneshot", 11, oneshot(4096) / twoshot(4096) - 1),
-            (8 << 20, None, "hierarchical", "direct_twoshot", None, twoshot(8 << 20) / hierarchical(8 << 20) - 1)]
+            (4096, 2 << 20, "direct_twoshot", "direct_oneshot", 10, oneshot(4096) / twoshot(4096) - 1),
+            (4 << 20, None, "tree", "direct_twoshot", None, twoshot(4 << 20) / tree(4 << 20) - 1)]
     header, *rows = _docs_example(TUNE_EXAMPLE)
     assert header == TUNE_HEADER and len(rows) >= len(want)
     for line, (lo, hi, best, runner, points, margin) in zip(rows, want):

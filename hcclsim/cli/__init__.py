@@ -1,12 +1,14 @@
 """The hccl-bench command line: a thin click layer. Commands live in hcclsim/cli/.
 
 Exit statuses: 0 success, 1 a performance gate failed, 2 invalid input,
-3 internal error (traceback only with --debug).
+3 internal error (traceback only with --debug), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import traceback
 
 import click
@@ -52,6 +54,25 @@ def _fail(message: str, status: int) -> int:
 
 
 def main(argv=None) -> int:
+    """The console script. SIGTERM (kill, a CI timeout, `timeout`) stops a command as Ctrl-C does (workers
+    ended, finished rows kept, one line), with status 143; a second SIGTERM kills at once."""
+    if threading.current_thread() is not threading.main_thread():
+        return _main(argv)
+    got = []
+
+    def terminated(signum, frame):
+        got.append(signum)
+        signal.signal(signum, signal.SIG_DFL)
+        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGTERM, terminated)
+    try:
+        status = _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+    return 128 + got[0] if got and status == 130 else status
+
+
+def _main(argv) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in args
     try:

@@ -20,9 +20,8 @@ from functools import partial
 import click
 
 from ..core.errors import ConfigError
-from ..core.units import parse_dtype
 from ..engine.execution import QUIET
-from ..results.incremental import RowWriter, load_previous
+from ..results.incremental import RowWriter
 from ..sweeping.executors import default_jobs, forget_fork_safe, fork_safe, open_executor
 from ..sweeping.sweep import columns, split_auto
 
@@ -93,11 +92,12 @@ def _interrupted(e: BaseException) -> bool:
 
 
 def run(sweep, topo, colls, algorithm, sizes, *, dtype, root, engine, stats, output, resume, jobs, quiet,
-        executor=None, scheduler=None, launch="host", noise=QUIET):
+        executor=None, scheduler=None, launch="host", noise=QUIET, meta=None):
     """sweep(...) (hcclsim.sweeping.sweep.sweep) as (SweepResult, RowWriter or None); exits 130 on Ctrl-C after reporting the rows kept.
 
     executor/scheduler: --executor local|dask and --scheduler ADDRESS, opened (checked, connected) before
-    anything is read or written. launch and noise: as sweep's (hcclsim.engine.execution)."""
+    anything is read or written. launch and noise: as sweep's (hcclsim.engine.execution). meta: the sweep's
+    metadata (hcclsim.results.provenance.metadata), which -o's files record and --resume checks."""
     if resume and not output:
         raise ConfigError("--resume: needs -o/--output FILE, the file to resume")
     if jobs is not None and jobs < 1:
@@ -105,15 +105,13 @@ def run(sweep, topo, colls, algorithm, sizes, *, dtype, root, engine, stats, out
     with open_executor(executor, scheduler, jobs) as run_units:
         return _run(partial(sweep, executor=run_units, launch=launch, noise=noise), topo, colls, algorithm, sizes,
                     dtype=dtype, root=root, engine=engine, stats=stats, output=output, resume=resume,
-                    jobs=jobs or default_jobs(), quiet=quiet, noise=noise)
+                    jobs=jobs or default_jobs(), quiet=quiet, noise=noise, meta=meta)
 
 
-def _run(sweep, topo, colls, algorithm, sizes, *, dtype, root, engine, stats, output, resume, jobs, quiet, noise):
-    previous = None
-    if resume:
-        previous = load_previous(output, topo, parse_dtype(dtype), root,
-                                 columns(stats, split_auto(algorithm)[1], noise))
-    writer = RowWriter(output, resume) if output else None
+def _run(sweep, topo, colls, algorithm, sizes, *, dtype, root, engine, stats, output, resume, jobs, quiet, noise,
+         meta):
+    writer = RowWriter(output, meta, columns(stats, split_auto(algorithm)[1], noise), resume) if output else None
+    previous = writer.previous if writer else None
     progress = _Progress(enabled=not quiet and sys.stderr.isatty())
 
     def on_row(frame):

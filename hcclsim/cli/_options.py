@@ -1,12 +1,14 @@
-"""Options shared by the commands that sweep sizes on a topology (sweep, tune)."""
+"""Options shared by the commands that sweep sizes on a topology (sweep, tune), and the memory budget
+every command that runs points takes (sweep, tune, run)."""
 
 from __future__ import annotations
 
 import click
 
+from ..core import budget
 from ..core.errors import ConfigError
 from ..core.units import DTYPE_SIZE, parse_size
-from ..network.config import DEFAULT_PRESET
+from ..network.config import DEFAULT_PRESET, MAX_COUNT
 from ..network.params import PROTOCOLS
 
 
@@ -15,9 +17,12 @@ class SizeType(click.ParamType):
 
     def convert(self, value, param, ctx):
         try:
-            return parse_size(value, where=f"{param.opts[-1]}")
+            n = parse_size(value, where=f"{param.opts[-1]}")
         except ConfigError as e:
             self.fail(str(e).split(": ", 1)[-1], param, ctx)
+        if n > MAX_COUNT:
+            self.fail(f"expected a size of at most 2^62 bytes (a 64-bit count), got {value!r}", param, ctx)
+        return n
 
 
 def grid_options(minbytes: str, factor: int):
@@ -51,3 +56,16 @@ def grid_options(minbytes: str, factor: int):
 def with_protocol(overrides, protocol) -> list[str]:
     """--set items with --protocol's override last (so it wins)."""
     return [*overrides, *([f"endpoint.protocol={protocol}"] if protocol else [])]
+
+
+def _max_memory(ctx, param, value):
+    if value is not None:
+        ctx.with_resource(budget.limited(budget.parse(value, "--max-memory")))
+
+
+def max_memory_option(fn):
+    """--max-memory SIZE: the memory budget of one point for the rest of the command (hcclsim.core.budget)."""
+    return click.option(
+        "--max-memory", metavar="SIZE", callback=_max_memory, expose_value=False,
+        help=f"Memory one point may use (e.g. 8G); a point estimated past it is refused before it allocates "
+             f"anything. [default: ${budget.ENV}, else 4G or half the physical memory if less]")(fn)

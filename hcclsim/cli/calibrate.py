@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from ..analysis.calibrate import TIERS, fit, to_toml
+from ..analysis.calibrate import TIERS, fit, to_toml, uncertainty, with_errors
 from ..core.errors import ConfigError
 from ..core.units import format_bandwidth, format_time
 from ..network.config import build, resolve
@@ -83,10 +83,12 @@ def calibrate_cmd(measured, topology, collective, algorithm, tier, dtype, output
     con.print(t)
     con.print()
     tier_note = f" (tier {result.tier})" if result.tier else ""
-    con.print(f"fitted{tier_note}: {lk} = {format_time(result.latency)} (was {format_time(result.nominal_latency)}), "
-              f"{bk} = {format_bandwidth(result.bandwidth)} = efficiency {result.efficiency:.4g} x "
-              f"{format_bandwidth(result.nominal_bandwidth)}")
+    lat, bw = with_errors(result)
+    con.print(f"fitted{tier_note}: {lk} = {lat} (was {format_time(result.nominal_latency)}), "
+              f"{bk} = {bw} = efficiency {result.efficiency:.4g} x {format_bandwidth(result.nominal_bandwidth)}",
+              markup=False)
     con.print(f"error over {len(result.sizes)} sizes: mean {result.mean_abs_error:.2%}, "
               f"worst {result.worst_error:.2%}")
+    con.print(uncertainty(result), markup=False)
     con.print(f"wrote {output}")
     return 0

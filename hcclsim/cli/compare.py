@@ -34,7 +34,8 @@ def compare_cmd(baseline, current, tolerance, fail_on, strict, fmt, junit_file):
 
     Rows are matched on collective, algorithm, topology, ranks, engine, size_bytes and dtype.
     Exit status: 0 nothing regressed beyond the limits, 1 something did, 2 bad input
-    (missing file, unknown format, no common rows, missing columns).
+    (missing file, unknown format, no common rows, missing columns, a value that is not what its
+    column holds: a negative or infinite time, ranks 8.7, an empty key; the file, line and column named).
 
     \b
     Examples:

@@ -1,4 +1,7 @@
-"""`hccl-bench run SCENARIO`: a study (scenarios/NAME.toml) into results/NAME/ (hcclsim.studies.scenario reads, hcclsim.studies.study runs)."""
+"""`hccl-bench run SCENARIO`: a study (scenarios/NAME.toml) into results/NAME/ (hcclsim.studies.scenario reads, hcclsim.studies.study runs).
+
+The files are written to a temporary folder and moved into place when every section has run
+(hcclsim.results.safefile.StagedFolder): a failed or interrupted run leaves the folder as it was."""
 
 from __future__ import annotations
 
@@ -15,8 +18,10 @@ from rich.table import Table
 from ..core.errors import HcclSimError
 from ..core.units import format_size
 from ..results.report import render_list
+from ..results.safefile import StagedFolder
 from ..studies import scenario as S
 from ..studies import study as R
+from ._options import max_memory_option
 
 MAX_ROWS = 16       # rows of a workload section's table printed (the CSV has them all)
 
@@ -26,6 +31,7 @@ MAX_ROWS = 16       # rows of a workload section's table printed (the CSV has th
 @click.option("--list", "list_", is_flag=True, help="List the scenarios: name, title, what each reproduces.")
 @click.option("-o", "--output", "out_dir", metavar="DIR", help="Write the tables here  [default: results/NAME/]")
 @click.option("-q", "--quiet", is_flag=True, help="Print nothing but errors.")
+@max_memory_option
 def run_cmd(scenario, list_, out_dir, quiet):
     """Run a study: sweeps, workload replays and overlap sections from a scenario TOML file.
 
@@ -47,7 +53,23 @@ def run_cmd(scenario, list_, out_dir, quiet):
     if not scenario:
         raise click.UsageError("give a scenario: a .toml file or a name from `hccl-bench run --list`")
     study = S.load(scenario)
-    out = Path(out_dir) if out_dir else Path("results") / study.name
+    out = Path("results") / study.name if out_dir is None else out_dir
+    staged = StagedFolder(out)              # refused here, before any work, when out cannot be written
+    try:
+        written = _run(study, staged.path, quiet)
+    except BaseException:                   # the folder stays as it was
+        staged.discard()
+        raise
+    staged.commit()
+    if not quiet:
+        tables = sum(p.suffix == ".csv" for p in written)
+        pngs = sum(p.suffix == ".png" for p in written)
+        click.echo(f"hccl-bench: wrote {tables} table{'s' * (tables != 1)}"
+                   f"{f' and {pngs} figure' + 's' * (pngs != 1) if pngs else ''} to {out}/", err=True)
+
+
+def _run(study, out: Path, quiet: bool) -> list[Path]:
+    """Every section of the study, its files written to out (the paths written)."""
     figures = any(s.kind == "workload" or (s.kind == "sweep" and s.spec["plot"]) for s in study.sections)
     can_plot = figures and R.plot_available()
     if figures and not can_plot and not quiet:
@@ -63,11 +85,7 @@ def run_cmd(scenario, list_, out_dir, quiet):
                 if why.startswith("does not implement"):     # listed for another collective of the section
                     continue
                 click.echo(f"hccl-bench: {section.name}: skipped {algo} for {coll}: {why}", err=True)
-    if not quiet:
-        tables = sum(p.suffix == ".csv" for p in written)
-        pngs = sum(p.suffix == ".png" for p in written)
-        click.echo(f"hccl-bench: wrote {tables} table{'s' * (tables != 1)}"
-                   f"{f' and {pngs} figure' + 's' * (pngs != 1) if pngs else ''} to {out}/", err=True)
+    return written
 
 
 def _list() -> None:

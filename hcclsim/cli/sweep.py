@@ -11,12 +11,13 @@ from ..core.units import parse_time
 from ..engine.execution import Noise
 from ..network.config import load_topology
 from ..results.provenance import metadata
-from ..results.report import FORMATS, output_format, render_table, to_csv, to_json, write
+from ..results.report import FORMATS, output_format, render_table, to_csv, to_json
+from ..results.safefile import OutputLock
 from ..results.trace import write_trace
 from ..schedule import collectives as C
 from ..sweeping.sweep import parse_engines, size_grid, sweep
 from ._long import run as long_run
-from ._options import grid_options, with_protocol
+from ._options import grid_options, max_memory_option, with_protocol
 
 
 @click.command("sweep")
@@ -52,7 +53,8 @@ from ._options import grid_options, with_protocol
 @click.option("-o", "--output", metavar="FILE", help="Also write the rows to FILE (.csv, .json or .parquet), "
               "as they finish (JSON and Parquet: to FILE.partial.csv until the end).")
 @click.option("--resume", is_flag=True,
-              help="Keep the rows already in -o FILE (and FILE.partial.csv), compute only the rest and append.")
+              help="Keep the rows already in -o FILE (and FILE.partial.csv), compute only the rest and append; "
+                   "refused when FILE was made with other inputs (the grid may differ: the union is written).")
 @click.option("-j", "--jobs", type=int, default=None, metavar="N",
               help="Worker processes for (collective, algorithm) blocks  [default: all cores]")
 @click.option("--executor", type=click.Choice(["local", "dask"]), default="local", show_default=True,
@@ -61,6 +63,7 @@ from ._options import grid_options, with_protocol
 @click.option("--scheduler", metavar="ADDRESS",
               help="The Dask scheduler of --executor dask, e.g. tcp://10.0.0.1:8786 (as `dask scheduler` prints).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar on stderr.")
+@max_memory_option
 def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, factor, dtype, protocol, root, engine,
               stats, trace_file, launch, iters, skew, jitter, seed, fmt, output, resume, jobs, executor, scheduler,
               quiet):
@@ -73,8 +76,9 @@ def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, fa
       hccl-bench sweep -t my_fabric.toml --set latency=1us --format csv > out.csv
       hccl-bench sweep -t mtia300-rack --launch device --iters 100 --skew 2us --jitter 500ns --seed 1
     """
-    if output:
+    if output is not None:
         output_format(output)
+        click.get_current_context().with_resource(OutputLock(output))     # held until the command ends
     overrides = with_protocol(overrides, protocol)
     topo = load_topology(topology, overrides)
     sizes = size_grid(minbytes, maxbytes, factor)
@@ -83,16 +87,17 @@ def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, fa
     noise = Noise(iters, parse_time(skew, "--skew"), parse_time(jitter, "--jitter"), seed)
     if trace_file and not trace_file.endswith(".json"):
         raise ConfigError(f"--trace: expected a file ending in .json, got {trace_file!r}")
-    result, writer = long_run(sweep, topo, colls, algorithm, sizes, dtype=dtype, root=root, engine=engine, stats=stats,
-                              output=output, resume=resume, jobs=jobs, quiet=quiet, executor=executor,
-                              scheduler=scheduler, launch=launch, noise=noise)
-    for coll, algo, why in result.skipped:
-        click.echo(f"hccl-bench: skipped {algo} for {coll} on {topo.name}: {why}", err=True)
     meta = metadata(topo, collectives=colls, algorithm=algorithm, sizes=sizes, dtype=dtype, root=root, engine=engine,
                     stats=stats, launch=launch, noise=noise, given={"topology": topology, "collective": collective, "overrides": list(overrides),
                                         "minbytes": minbytes, "maxbytes": maxbytes, "factor": factor})
+    result, writer = long_run(sweep, topo, colls, algorithm, sizes, dtype=dtype, root=root, engine=engine, stats=stats,
+                              output=output, resume=resume, jobs=jobs, quiet=quiet, executor=executor,
+                              scheduler=scheduler, launch=launch, noise=noise, meta=meta)
+    for coll, algo, why in result.skipped:
+        click.echo(f"hccl-bench: skipped {algo} for {coll} on {topo.name}: {why}", err=True)
     if writer:
-        writer.finish(lambda path: write(result.rows, path, meta))
+        writer.finish(result.rows)
+        meta = writer.meta                  # after --resume: the whole file's grid
     if trace_file:
         first = result.rows.iloc[0]
         write_trace(trace_file, topo, first.collective, first.algorithm, sizes[-1], dtype, root)

@@ -13,7 +13,7 @@ from ..results.provenance import metadata
 from ..results.report import FORMATS, output_format, render_tune, to_csv, to_json, write
 from ..schedule import collectives as C
 from ..sweeping.sweep import LIBRARY, parse_engines, size_grid, sweep
-from ._options import grid_options, with_protocol
+from ._options import grid_options, max_memory_option, with_protocol
 
 
 @click.command("tune")
@@ -25,6 +25,7 @@ from ._options import grid_options, with_protocol
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
               help="What to print on stdout.")
 @click.option("-o", "--output", metavar="FILE", help="Also write the ranges to FILE (.csv, .json or .parquet).")
+@max_memory_option
 def tune_cmd(topology, collective, overrides, minbytes, maxbytes, factor, dtype, protocol, engine, fmt, output):
     """Find the fastest algorithm for each message-size range (every applicable algorithm is swept).
 

@@ -110,14 +110,18 @@ def channels_used(topo: Topology, protocol: str, size_bytes: np.ndarray) -> np.n
     return np.clip(np.floor(size_bytes / per), 1, ep.channels).astype(np.int64)
 
 
-def rate_cap(topo: Topology, protocol: str, nchannels: int) -> float:
-    """Bytes/s a rank can inject under the protocol with that many channels (inf: no cap)."""
+def rate_cap(topo: Topology, protocol: str, nchannels: int, own: float = 0.0) -> float:
+    """Bytes/s a rank can inject under the protocol with that many channels (inf: no cap). own: the
+    algorithm's own per-channel limit, as the rate of a rank's links (a schedule's notes["rate_cap"]:
+    NCCL's perChMaxTreeBw / perChMaxNVLSTreeBw), applied where channels are modelled."""
     if protocol == "none":
         return np.inf
     proto = getattr(topo.endpoint, protocol)
     cap = proto.bandwidth_cap or np.inf
     if nchannels and proto.channel_bandwidth:
         cap = min(cap, nchannels * proto.channel_bandwidth)
+    if nchannels and own:
+        cap = min(cap, own)
     return cap
 
 
@@ -133,8 +137,13 @@ def device_topology(topo: Topology, protocol: str | None = None, cap: float = np
     ep = topo.endpoint
     wire = None if protocol in ("none", "auto") else getattr(ep, protocol)
     share = wire.share if wire else 1.0
-    # an in-switch collective's fixed latency stands for its steps too (NCCL: NVLS latency = intraLat)
-    extra = wire.step_latency if wire and not (switch_ops and ep.in_switch_latency) else 0.0
+    # an in-switch collective pays its fixed latency instead of the protocol's (NCCL: NVLS latency = intraLat) and
+    # in_switch_step_latency instead of the protocol's step latency, on every transfer a rank issues into the switch:
+    # once per step of a channel (algorithms/in_switch.py)
+    if switch_ops and ep.in_switch_latency:
+        extra = ep.in_switch_step_latency
+    else:
+        extra = wire.step_latency if wire else 0.0
     issue = (0.0 if "issue_overhead" in ep.hidden else ep.issue_overhead) + extra
     reduce_bw = ep.sm_reduction_bandwidth if ep.execution == "sm" else ep.reduction_bandwidth
     bw = topo.link_bw * np.array([t.packet.efficiency for t in topo.tiers])[topo.link_tier] * share
@@ -227,7 +236,8 @@ def run(engine_run, schedule: Schedule, topo: Topology, block_elems, dtype_size:
     ops = in_switch(schedule)
     best, best_mean, names, stats = None, None, np.empty(len(block_elems), object), None
     for proto in protocols(topo, schedule):
-        caps = np.array([rate_cap(topo, proto, int(c)) for c in channels_used(topo, proto, size_bytes)])
+        own = schedule.notes.get("rate_cap", 0.0)
+        caps = np.array([rate_cap(topo, proto, int(c), own) for c in channels_used(topo, proto, size_bytes)])
         samples = np.empty((noise.iters, len(block_elems)))
         base = base_latency(topo, schedule, proto)
         proto_stats = None

@@ -2,9 +2,14 @@
 
 ``prepare`` turns a schedule, a topology and one size into the flat arrays the kernel reads
 (the explicit transfers, their routes, packet counts, in-switch reduction jobs, link and
-switch parameters in integer picoseconds); ``run`` estimates the cost of each point, refuses
-points over the memory budget, runs ``packet_kernel`` and returns the same ``Timing`` as the
-analytic engine, plus the packet engine's counters. docs/packet.md describes the model.
+switch parameters in integer picoseconds); ``run`` runs ``packet_kernel`` on each size and returns
+the same ``Timing`` as the analytic engine, plus the packet engine's counters. docs/packet.md
+describes the model.
+
+Before anything is expanded, ``check`` estimates a point from the schedule's templates alone
+(``estimate``: transfers, dependencies, packets, the calendar) and refuses it past the memory budget
+(hcclsim.core.budget), or when its times could pass PS_LIMIT: every time is a 64-bit count of
+picoseconds, so a slow link, a long latency or skew could otherwise wrap around silently.
 """
 
 from __future__ import annotations
@@ -14,15 +19,38 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..core import budget as B
 from ..core.errors import ConfigError, InternalError
 from ..core.jit import njit
 from ..network.topology import Topology, route_kernel
 from ..schedule.expand import expand
-from ..schedule.ir import DATA, F_KIND, F_N, F_NRUN, ORDER, PUT_REDUCE, Schedule
+from ..schedule.ir import (
+    DATA,
+    DEP_COL,
+    DEP_ROW,
+    DEP_SHIFT,
+    F_ID,
+    F_IL,
+    F_KIND,
+    F_N,
+    F_NRUN,
+    ORDER,
+    PUT_REDUCE,
+    Schedule,
+)
 from . import packet_kernel as K
-from .analytic import Timing
+from .analytic import Timing, max_transfer_bytes
 
-DEFAULT_BUDGET = 4 << 30          # bytes of memory one point may use
+PS_LIMIT = 1 << 62                # picoseconds a point's times may reach (53 days; the kernel's are int64)
+# Bytes of memory per transfer, dependency, packet slot and calendar bucket, measured as peak RSS growth
+# of prepare + packet_kernel (ring, direct, in_switch and hierarchical points of 8k-520k transfers:
+# 510-540 per transfer with 2-hop routes, 1067 with 64-hop ones; tests/test_budget.py): the explicit
+# schedule, routes (a buffer of max_hops links per transfer), transfer table and kernel state per
+# transfer; dependency CSRs; packets in flight (rows of 64 bytes, grown by doubling); 64 slots of 8
+# bytes per bucket, doubled with their contents. Per link and node, counted: the kernel's port row (16
+# int64) and the link's 5 parameters; a node's rows (ranks and switches, 8 int64 at most) and table.
+BYTES_PER_TRANSFER, BYTES_PER_HOP, BYTES_PER_DEP, BYTES_PER_PACKET, BYTES_PER_BUCKET = 480, 8, 40, 128, 1024
+BYTES_PER_LINK, BYTES_PER_NODE = 200, 100
 STAT_NAMES = ("events", "peak_queue_bytes", "table_peak_entries", "table_stall_us", "busiest_link_util")
 
 
@@ -94,14 +122,125 @@ class PacketProblem:
     def packets(self) -> int:
         return int(self.xt[:, K.X_NPK].sum())
 
-    def estimate(self) -> tuple[int, int]:
-        """(events, bytes of memory) this point will take, roughly: 2 events per packet per hop."""
+    def estimate(self) -> tuple[int, dict[str, float]]:
+        """(events, bytes of memory by what holds them) the kernel will take: 2 events per packet per hop;
+        its state per transfer, route, dependency, packet in flight and bucket (_bytes)."""
         hops = np.maximum(self.xt[:, K.X_PLEN], 1)
         events = int(2 * (self.xt[:, K.X_NPK] * hops).sum())
-        X = len(self.xt)
-        nbytes = 8 * (X * (K.NX + 12) + len(self.path_links) + len(self.child_idx) + 2 * self.job_pk_ptr[-1]
-                      + 16 * len(self.link_ser)) + 8 * 6 * min(self.packets, 4 * X + 4096)
-        return events, nbytes
+        return events, _bytes(len(self.xt), len(self.path_links), len(self.child_idx) + len(self.order_idx),
+                              self.packets, self.nbuckets, len(self.link_ser), len(self.node_table))
+
+
+def _bytes(transfers, hops, deps, packets, buckets, links, nodes) -> dict[str, float]:
+    """Bytes of memory a point takes, by what holds them (the constants above); hops: route entries."""
+    return {"transfers": BYTES_PER_TRANSFER * transfers + BYTES_PER_HOP * hops + BYTES_PER_DEP * deps
+            + BYTES_PER_LINK * links + BYTES_PER_NODE * nodes,
+            "packets": BYTES_PER_PACKET * min(packets, 4 * transfers + 4096),
+            "calendar": BYTES_PER_BUCKET * buckets}
+
+
+ADVICE = {"transfers": "use fewer ranks, chunks or channels, or --engine analytic",
+          "packets": "use a larger mtu (e.g. --set mtu=64K) or a smaller size",
+          "calendar": "use larger bandwidths or less --skew/--jitter (the event calendar spans the longest delay), "
+                      "or --engine analytic"}
+
+
+def advice(parts: dict[str, float]) -> str:
+    """How to ask for less, by what holds most of a point's memory (_bytes)."""
+    return ADVICE[max(parts, key=parts.get)]
+
+
+def explicit_size(s: Schedule) -> tuple[int, int]:
+    """(transfers, dependencies) of the schedule's explicit form (what expand makes), from its templates."""
+    ninst = (s.tmpl[:, F_ID] * s.tmpl[:, F_IL]).astype(np.float64)
+    u = s.dep_t
+    per = np.select([s.dep_mode == DEP_SHIFT, s.dep_mode == DEP_ROW, s.dep_mode == DEP_COL],
+                    [np.ones(len(u)), s.tmpl[u, F_IL], s.tmpl[u, F_ID]], ninst[u])
+    consumer = np.repeat(np.arange(s.ntemplates), np.diff(s.dep_ptr))
+    return int(ninst.sum()), int((ninst[consumer] * per).sum())
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """What one point will take, from the schedule's templates (estimate)."""
+
+    transfers: int
+    parts: dict            # bytes of memory by what holds them (_bytes)
+    events: float
+    longest_ps: float      # an upper bound on its last time
+
+    @property
+    def nbytes(self) -> float:
+        return sum(self.parts.values())
+
+
+def estimate(schedule: Schedule, topo: Topology, block_elems: int, dtype_size: int, delay: float = 0.0) -> Estimate:
+    """One point (module docstring), before expanding anything: every template's largest transfer
+    (max_transfer_bytes) cut at the smallest MTU, over the longest route; delay: seconds of skew and
+    jitter on top. Upper bounds, except that packets in flight are taken as at most 4 per transfer."""
+    X, E = explicit_size(schedule)
+    ninst = (schedule.tmpl[:, F_ID] * schedule.tmpl[:, F_IL]).astype(np.float64)
+    size = max_transfer_bytes(schedule, np.array([int(block_elems)]), dtype_size)[:, 0]
+    mtus = np.array([t.packet.mtu for t in topo.tiers], np.float64)
+    per_transfer = np.ceil(size / mtus.min())
+    packets, hops = float((ninst * per_transfer).sum()), topo.max_hops
+    ps_byte, ps_reduce, hop_ps = _rates(topo)
+    longest = delay * 1e12 + float((ninst * (topo.endpoint.issue_overhead * 1e12 + hops * hop_ps + size * ps_reduce
+                                            + (per_transfer + 1) * hops * mtus.max() * ps_byte)).sum())
+    return Estimate(X, footprint(X, E, topo, packets, delay), 2 * packets * hops, longest)
+
+
+def _rates(topo: Topology) -> tuple[float, float, float]:
+    """(ps per byte on the slowest link, ps per byte reduced on arrival, ps of the longest hop)."""
+    ep = topo.endpoint
+    return (float(np.max(1e12 / topo.link_bw)), 1e12 / ep.reduction_bandwidth if ep.reduction_bandwidth > 0 else 0.0,
+            (float(topo.link_lat.max()) + max(t.packet.switch_latency for t in topo.tiers)) * 1e12)
+
+
+def buckets(topo: Topology, delay: float = 0.0) -> float:
+    """The calendar's buckets (prepare, with_noise) at most: buckets a full packet wide on the fastest link,
+    reaching the longest delay ahead, plus delay seconds of skew and jitter."""
+    ps_byte, ps_reduce, hop_ps = _rates(topo)
+    mtu = max(t.packet.mtu for t in topo.tiers)
+    full = float(np.min(np.array([t.packet.mtu for t in topo.tiers])[topo.link_tier] * 1e12 / topo.link_bw))
+    wsh = int(np.clip(np.floor(np.log2(max(full, 1.0))), 4, 21))
+    reach = 2 * mtu * ps_byte + hop_ps + topo.endpoint.issue_overhead * 1e12 + mtu * ps_reduce + delay * 1e12
+    return 2.0 ** np.ceil(np.log2(min(reach, 2.0 ** 80) / 2 ** wsh + 3))
+
+
+def footprint(transfers: int, deps: int, topo: Topology, packets: float | None = None,
+              delay: float = 0.0) -> dict[str, float]:
+    """Bytes of memory of a point of this many transfers and dependencies, by what holds them (_bytes);
+    packets unknown: as many in flight as the estimate allows (4 per transfer)."""
+    packets = 4 * transfers + 4096 if packets is None else packets
+    parts = _bytes(transfers, transfers * topo.max_hops, deps, packets, buckets(topo, delay), topo.nlinks,
+                   topo.nnodes)
+    parts["transfers"] += 16 * transfers if delay else 0        # the noise's per-transfer delays
+    return parts
+
+
+def check_range(topo: Topology, what: str, delay: float = 0.0, longest_ps: float = 0.0) -> None:
+    """ConfigError when a point's times could pass PS_LIMIT: its longest run (longest_ps), skew and jitter
+    (delay seconds), or the kernel's products of an MTU's bytes and picoseconds per byte (<< FIX)."""
+    ps_byte, ps_reduce, hop_ps = _rates(topo)
+    mtu = max(t.packet.mtu for t in topo.tiers)
+    if max(longest_ps, delay * 1e12 + hop_ps, mtu * max(ps_byte, ps_reduce) * (1 << K.FIX)) < PS_LIMIT:
+        return
+    raise ConfigError(f"{what}: its times could pass 2^62 picoseconds (53 days), past what the packet engine "
+                      f"counts; use larger bandwidths, smaller latencies{', less --skew/--jitter' if delay else ''} "
+                      f"or a smaller size, or --engine analytic")
+
+
+def check(schedule: Schedule, topo: Topology, block_elems: int, dtype_size: int, delay: float = 0.0) -> Estimate:
+    """estimate(...), or ConfigError when the point's times could pass PS_LIMIT (check_range) or its memory
+    the budget."""
+    est = estimate(schedule, topo, block_elems, dtype_size, delay)
+    nbytes = int(block_elems) * schedule.layout.nblocks * dtype_size
+    what = (f"--engine packet: {schedule.collective} {schedule.algorithm} on {topo.name} ({topo.nranks} ranks) at "
+            f"{B.format_bytes(nbytes)} ({est.transfers:.3g} transfers, {est.events:.3g} events)")
+    check_range(topo, what, delay, est.longest_ps)
+    B.check(est.nbytes, what, advice(est.parts))
+    return est
 
 
 def _csr(parent: np.ndarray, child: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -185,8 +324,9 @@ def node_map_for(schedule: Schedule, topo: Topology, ranks) -> np.ndarray:
 def prepare(schedule: Schedule, topo: Topology, block_elems: int, dtype_size: int,
             node_map: np.ndarray | None = None) -> PacketProblem:
     """The kernel's arrays for one size; node_map places the schedule's nodes on the fabric
-    (identity by default)."""
+    (identity by default). Checks the point first (check)."""
     s, n = schedule, topo.nranks
+    check(s, topo, block_elems, dtype_size)
     ex = expand(s)
     t = ex["tmpl"]
     src, dst = ex["src"], ex["dst"]
@@ -262,12 +402,13 @@ class PacketRun:
     problem: PacketProblem
 
 
-def simulate(problem: PacketProblem, budget: int = DEFAULT_BUDGET, want_trace: bool = False) -> PacketRun:
-    events, mem = problem.estimate()
-    if mem > budget:
-        raise ConfigError(f"--engine packet: this point needs about {mem / 2**30:.1f} GiB ({events:.3g} events), "
-                          f"over the {budget / 2**30:.1f} GiB budget; use a larger mtu (e.g. --set mtu=64K) "
-                          f"or a smaller size")
+def simulate(problem: PacketProblem, budget: int | None = None, want_trace: bool = False) -> PacketRun:
+    """Run the kernel on a prepared problem, after checking its memory against the budget (budget bytes,
+    or the one in force)."""
+    events, parts = problem.estimate()
+    with B.limited(budget):
+        B.check(sum(parts.values()), f"--engine packet: this point ({len(problem.xt):.3g} transfers, {events:.3g} "
+                f"events)", advice(parts))
     finish, start, busy, stats, trace = K.packet_kernel(*problem.args(want_trace))
     if stats[K.S_UNFINISHED]:
         raise InternalError(f"packet engine: {stats[K.S_UNFINISHED]} transfers never finished (deadlock)")
@@ -281,8 +422,9 @@ def simulate(problem: PacketProblem, budget: int = DEFAULT_BUDGET, want_trace: b
 
 
 def run(schedule: Schedule, topo: Topology, block_elems, dtype_size: int, want_links: bool = False,
-        budget: int = DEFAULT_BUDGET, release=None, jitter: float = 0.0, seed: int = 0) -> Timing:
-    """The packet engine behind the analytic engine's interface: one simulation per size.
+        budget: int | None = None, release=None, jitter: float = 0.0, seed: int = 0) -> Timing:
+    """The packet engine behind the analytic engine's interface: one simulation per size, each checked
+    first (check; budget: bytes, or the one in force).
 
     release (seconds per rank) and jitter (mean seconds of an exponential delay per rank-issued
     transfer, drawn from seed; the same draws at every size) describe one noisy iteration
@@ -290,12 +432,14 @@ def run(schedule: Schedule, topo: Topology, block_elems, dtype_size: int, want_l
     block_elems = np.atleast_1d(np.asarray(block_elems, np.int64))
     times = np.zeros(len(block_elems))
     stats = {name: np.zeros(len(block_elems)) for name in STAT_NAMES}
-    draws = None
+    noisy = release is not None or jitter > 0
+    draws = np.random.default_rng(seed).exponential(jitter, explicit_size(schedule)[0]) if jitter > 0 else None
+    delay = (float(np.max(release)) if release is not None else 0.0) + (float(draws.max(initial=0)) if jitter > 0 else 0)
     for i, e in enumerate(block_elems):
-        problem = prepare(schedule, topo, int(e), dtype_size)
-        if release is not None or jitter > 0:
-            if draws is None:
-                draws = np.random.default_rng(seed).exponential(jitter, len(problem.xt)) if jitter > 0 else None
+        with B.limited(budget):
+            check(schedule, topo, int(e), dtype_size, delay)
+            problem = prepare(schedule, topo, int(e), dtype_size)
+        if noisy:
             problem = problem.with_noise(release, draws)
         r = simulate(problem, budget)
         times[i] = r.time - (float(np.min(release)) if release is not None else 0.0)
@@ -351,12 +495,18 @@ def _merge(parts: list[PacketProblem]) -> PacketProblem:
         max_delay=max(p.max_delay for p in parts))
 
 
-def simulate_concurrent(jobs: list[Job], topo: Topology, budget: int = DEFAULT_BUDGET) -> tuple[list[float], PacketRun]:
+def simulate_concurrent(jobs: list[Job], topo: Topology, budget: int | None = None) -> tuple[list[float], PacketRun]:
     """Run several collectives at the same time on one fabric (they share links, switch buffers,
     reduction tables and message engines). Returns each job's completion time in seconds (all
-    start at 0) and the combined run."""
+    start at 0) and the combined run. The jobs together are checked first (check; budget: bytes, or
+    the one in force)."""
     if not jobs:
         raise ConfigError("simulate_concurrent: expected at least one job")
+    with B.limited(budget):
+        each = [check(job.schedule, topo, job.block_elems, job.dtype_size) for job in jobs]
+        parts = {k: 2 * sum(e.parts[k] for e in each) for k in each[0].parts}      # the parts, then merged
+        B.check(sum(parts.values()), f"--engine packet: {len(jobs)} concurrent collectives on {topo.name} "
+                f"({sum(e.transfers for e in each):.3g} transfers)", advice(parts))
     parts = []
     for job in jobs:
         ranks = job.ranks if job.ranks is not None else range(job.schedule.nranks)

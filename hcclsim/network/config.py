@@ -32,7 +32,8 @@ from .topology import FLAT_KINDS, SCALE_OUT_KINDS, Topology, build_flat, build_h
 PACKET_KEYS = {"mtu", "switching", "switch_buffer", "switch_latency", "reduction_table_entries", "efficiency"}
 ENDPOINT_KEYS = {"message_engines", "issue_overhead", "reduction_bandwidth", "launch_overhead", "graph_generation",
                  "metadata_copy", "subgraph_schedule", "hidden", "execution", "sm_share", "sm_reduction_bandwidth",
-                 "protocol", "channels", "algorithms", "in_switch_latency", "in_switch_efficiency", "peak_flops", "gemm_efficiency",
+                 "protocol", "channels", "algorithms", "in_switch_latency", "in_switch_efficiency",
+                 "in_switch_channels", "in_switch_step_latency", "peak_flops", "gemm_efficiency",
                  "memory_bandwidth", *WIRE_PROTOCOLS}
 PROTOCOL_KEYS = {"share", "step_latency", "net_step_latency", "base_latency", "bandwidth_cap", "channel_bandwidth", "channel_bytes"}
 FLAT_KEYS = {"description", "kind", "ranks", "bandwidth", "latency", "in_switch_reduce", "dims"} | PACKET_KEYS
@@ -161,12 +162,28 @@ class _Table:
         return _Table(value, f"{self.prefix}.{key}", self.label, self.overridden)
 
 
+# Counts, sizes (bytes) and times (picoseconds) are 64-bit integers in the engines: the largest value a key
+# takes leaves room for sums of a few of them, so no arithmetic on them can wrap around.
+MAX_COUNT = 1 << 62
+MAX_SECONDS = (1 << 62) / 1e12           # 2^62 picoseconds, 53 days
+
+
 def _int(lo: int):
     def parse(v, where):
         if isinstance(v, bool) or not isinstance(v, int) or v < lo:
             raise ConfigError(f"{where}: expected a whole number >= {lo}, got {v!r}")
+        if v > MAX_COUNT:
+            raise ConfigError(f"{where}: expected a whole number of at most 2^62, got {v!r}")
         return v
     return parse
+
+
+def _time(v, where):
+    t = parse_time(v, where)
+    if t > MAX_SECONDS:
+        raise ConfigError(f"{where}: expected a time of at most 53 days (2^62 ps, the engines count picoseconds in "
+                          f"64 bits), got {v!r}")
+    return t
 
 
 def _number(lo: float):
@@ -198,8 +215,8 @@ def _str(v, where):
 
 
 def _dims(v, where):
-    if not (isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool) and x >= 1
-                                                        for x in v)):
+    if not (isinstance(v, list) and len(v) == 2 and all(isinstance(x, int) and not isinstance(x, bool)
+                                                        and 1 <= x <= MAX_COUNT for x in v)):
         raise ConfigError(f"{where}: expected [X, Y] (two whole numbers >= 1), got {v!r}")
     return (v[0], v[1])
 
@@ -255,9 +272,9 @@ def build(doc: dict, name: str, label: str, overrides: list[str] = ()) -> Topolo
                               f"({domains} domains x {local})")
         return build_hierarchical(
             name, up_kind, local, up.get("bandwidth", parse_bandwidth, required=True),
-            up.get("latency", parse_time, 0.0), up.get("in_switch_reduce", _bool, False), out_kind,
+            up.get("latency", _time, 0.0), up.get("in_switch_reduce", _bool, False), out_kind,
             domains, out.get("bandwidth", parse_bandwidth, required=True),
-            out.get("latency", parse_time, 0.0), out.get("oversubscription", _number(1.0), 1.0),
+            out.get("latency", _time, 0.0), out.get("oversubscription", _number(1.0), 1.0),
             leaf_size, spec=spec, up_packet=_packet(up), out_packet=_packet(out), endpoint=endpoint,
             spines=out.get("spines", _int(1), 1))
     top.check_keys(FLAT_KEYS)
@@ -276,7 +293,7 @@ def build(doc: dict, name: str, label: str, overrides: list[str] = ()) -> Topolo
         raise ConfigError(f"{top.where('in_switch_reduce')}: only a 'switch' topology can reduce in the switch")
     top.get("description", _str)
     return build_flat(name, kind, ranks, top.get("bandwidth", parse_bandwidth, required=True),
-                      top.get("latency", parse_time, 0.0), top.get("in_switch_reduce", _bool, False), dims,
+                      top.get("latency", _time, 0.0), top.get("in_switch_reduce", _bool, False), dims,
                       spec=spec, packet=_packet(top), endpoint=endpoint)
 
 
@@ -286,7 +303,7 @@ def _packet(table: _Table) -> PacketParams:
     return PacketParams(mtu=table.get("mtu", _size(1), d.mtu),
                         switching=table.get("switching", _choice(SWITCHING, "switching"), d.switching),
                         switch_buffer=table.get("switch_buffer", _size(1), d.switch_buffer),
-                        switch_latency=table.get("switch_latency", parse_time, d.switch_latency),
+                        switch_latency=table.get("switch_latency", _time, d.switch_latency),
                         reduction_table_entries=table.get("reduction_table_entries", _int(1),
                                                           d.reduction_table_entries),
                         efficiency=table.get("efficiency", _fraction(True), d.efficiency))
@@ -303,12 +320,12 @@ def _endpoint(doc: dict, label: str, overridden: set[str]) -> Endpoint:
     d = DEFAULT_ENDPOINT
     return Endpoint(
         message_engines=table.get("message_engines", _int(0), d.message_engines),
-        issue_overhead=table.get("issue_overhead", parse_time, d.issue_overhead),
+        issue_overhead=table.get("issue_overhead", _time, d.issue_overhead),
         reduction_bandwidth=table.get("reduction_bandwidth", _bandwidth_or_zero, d.reduction_bandwidth),
-        launch_overhead=table.get("launch_overhead", parse_time, d.launch_overhead),
-        graph_generation=table.get("graph_generation", parse_time, d.graph_generation),
-        metadata_copy=table.get("metadata_copy", parse_time, d.metadata_copy),
-        subgraph_schedule=table.get("subgraph_schedule", parse_time, d.subgraph_schedule),
+        launch_overhead=table.get("launch_overhead", _time, d.launch_overhead),
+        graph_generation=table.get("graph_generation", _time, d.graph_generation),
+        metadata_copy=table.get("metadata_copy", _time, d.metadata_copy),
+        subgraph_schedule=table.get("subgraph_schedule", _time, d.subgraph_schedule),
         hidden=table.get("hidden", _names(HIDEABLE), d.hidden),
         execution=table.get("execution", _choice(EXECUTIONS, "execution"), d.execution),
         sm_share=table.get("sm_share", _fraction(False), d.sm_share),
@@ -316,8 +333,10 @@ def _endpoint(doc: dict, label: str, overridden: set[str]) -> Endpoint:
         protocol=table.get("protocol", _choice(PROTOCOLS, "protocol"), d.protocol),
         channels=table.get("channels", _int(0), d.channels),
         algorithms=table.get("algorithms", _algorithm_names, d.algorithms),
-        in_switch_latency=table.get("in_switch_latency", parse_time, d.in_switch_latency),
+        in_switch_latency=table.get("in_switch_latency", _time, d.in_switch_latency),
         in_switch_efficiency=table.get("in_switch_efficiency", _fraction(True), d.in_switch_efficiency),
+        in_switch_channels=table.get("in_switch_channels", _int(0), d.in_switch_channels),
+        in_switch_step_latency=table.get("in_switch_step_latency", _time, d.in_switch_step_latency),
         **{p: _protocol(table, p) for p in WIRE_PROTOCOLS},
         peak_flops=table.get("peak_flops", _flops_or_zero, d.peak_flops),
         gemm_efficiency=table.get("gemm_efficiency", _fraction(True), d.gemm_efficiency),
@@ -345,9 +364,9 @@ def _protocol(endpoint: _Table, name: str) -> Protocol:
         return d
     table.check_keys(PROTOCOL_KEYS)
     return Protocol(share=table.get("share", _fraction(True), d.share),
-                    step_latency=table.get("step_latency", parse_time, d.step_latency),
-                    net_step_latency=table.get("net_step_latency", parse_time, d.net_step_latency),
-                    base_latency=table.get("base_latency", parse_time, d.base_latency),
+                    step_latency=table.get("step_latency", _time, d.step_latency),
+                    net_step_latency=table.get("net_step_latency", _time, d.net_step_latency),
+                    base_latency=table.get("base_latency", _time, d.base_latency),
                     bandwidth_cap=table.get("bandwidth_cap", _bandwidth_or_zero, d.bandwidth_cap),
                     channel_bandwidth=table.get("channel_bandwidth", _bandwidth_or_zero, d.channel_bandwidth),
                     channel_bytes=table.get("channel_bytes", _int(0), d.channel_bytes))
@@ -385,6 +404,8 @@ def _size(lo: int):
         n = parse_size(v, where)
         if n < lo:
             raise ConfigError(f"{where}: expected a size of at least {lo} bytes, got {v!r}")
+        if n > MAX_COUNT:
+            raise ConfigError(f"{where}: expected a size of at most 2^62 bytes, got {v!r}")
         return n
     return parse
 

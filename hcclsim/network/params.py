@@ -117,6 +117,8 @@ class Endpoint:
     algorithms: tuple = ()            # the algorithms the collective library implements (auto, tune); () = all
     in_switch_latency: float = 0.0    # s per collective that reduces or multicasts in a switch (NVLS)
     in_switch_efficiency: float = 1.0  # fraction of link bandwidth an in-switch reduction/multicast reaches
+    in_switch_channels: int = 0       # channels an in-switch collective runs on (NVLS); 0 = its steps are not NCCL's
+    in_switch_step_latency: float = 0.0  # s per step of an in-switch collective's channel (NVLS), with in_switch_latency
     # -- the device's compute, for overlap (hcclsim.studies.workload) --
     peak_flops: float = 0.0           # FLOP/s of the compute units (dense, the GEMM's dtype); 0 = unknown
     gemm_efficiency: float = 1.0      # fraction of peak_flops a large GEMM reaches alone

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..core import budget
 from ..core.errors import TopologyError
 from ..core.jit import njit
 from .params import DEFAULT_ENDPOINT, DEFAULT_PACKET, Endpoint, PacketParams
@@ -200,6 +201,38 @@ def ecmp_hash(src, dst):
     return h
 
 
+# --------------------------------------------------------------------------- cost
+
+# Bytes building a topology takes per link, node and scale-up domain, measured as the peak RSS growth
+# of load_topology (switch, ring, torus2d, full_mesh and two-tier fabrics of 10^5 to 10^6 ranks: 110-200
+# per link, 130-690 per node, about 1.2 KiB per domain; tests/test_budget.py): the link arrays and
+# check_connected's adjacency lists.
+BYTES_PER_LINK, BYTES_PER_NODE, BYTES_PER_DOMAIN = 150, 200, 1500
+
+
+def flat_size(kind: str, nranks: int) -> tuple[int, int]:
+    """(links, nodes) of a flat fabric (LINK LAYOUT), from its dimensions alone."""
+    links = {SWITCH: 2 * nranks, RING: 2 * nranks, FULL_MESH: nranks * nranks, TORUS2D: 4 * nranks}[FLAT_KINDS[kind]]
+    return links, nranks + (kind == "switch")
+
+
+def hierarchical_size(up_kind: str, local: int, out_kind: str, domains: int, leaf_size: int | None,
+                      spines: int = 1) -> tuple[int, int]:
+    """(links, nodes) of a two-tier fabric (LINK LAYOUT), from its dimensions alone."""
+    n = domains * local
+    up_links, up_nodes = flat_size(up_kind, local)
+    leaves = n // (leaf_size or local) if out_kind == "fat_tree" else 0
+    out_switches = leaves + spines if out_kind == "fat_tree" else local
+    return domains * up_links + 2 * n + 2 * leaves * spines, n + domains * (up_nodes - local) + out_switches
+
+
+def check_size(name: str, nranks: int, links: int, nodes: int, domains: int = 1) -> None:
+    """Refuse, before any array is built, a topology whose construction would pass the memory budget."""
+    need = BYTES_PER_LINK * links + BYTES_PER_NODE * nodes + BYTES_PER_DOMAIN * domains
+    budget.check(need, f"building topology {name!r} ({nranks} ranks, {links} links)",
+                 "use fewer ranks (ranks, dims, scale_up.ranks or scale_out.domains)")
+
+
 # --------------------------------------------------------------------------- builders
 
 def _flat_links(kind: int, n: int, x_dim: int, bw: float, lat: float, node0: int, switch_node: int):
@@ -244,6 +277,7 @@ def build_flat(name: str, kind: str, nranks: int, bandwidth: float, latency: flo
     if code != SWITCH and in_switch_reduce:
         raise TopologyError(f"topology.in_switch_reduce: only a 'switch' topology has a switch to reduce in, "
                             f"not {kind!r}")
+    check_size(name, nranks, *flat_size(kind, nranks))
     switch_node = nranks
     src, dst, bw, lat = _flat_links(code, nranks, x_dim, bandwidth, latency, 0, switch_node)
     params = np.zeros(NPARAMS, np.int64)
@@ -278,6 +312,7 @@ def build_hierarchical(name: str, up_kind: str, local: int, up_bw: float, up_lat
     if ocode == FAT_TREE and n % leaf_size:
         raise TopologyError(f"topology.scale_out.leaf_size: {leaf_size} does not divide the {n} ranks")
     nleaf = n // leaf_size if ocode == FAT_TREE else 0
+    check_size(name, n, *hierarchical_size(up_kind, local, out_kind, domains, leaf_size, spines), domains)
     # nodes: ranks, D scale-up switches (if switch kind), then scale-out switches
     up_switch0 = n
     nup_sw = domains if ucode == SWITCH else 0

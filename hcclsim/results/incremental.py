@@ -1,26 +1,44 @@
 """Long sweeps: rows written to `-o` as they finish, and `--resume` from what is already there.
 
-CSV output is appended one (collective, algorithm, engine) block at a time (header once), flushed,
-so a Ctrl-C or a crash keeps every finished block. JSON and Parquet cannot be appended cheaply: the
-finished rows go to a sidecar ``FILE.partial.csv`` (floats written exactly) and the final file is
-written at the end, when the sidecar is deleted. At the end a CSV is rewritten once, in the sweep's
-stable order (a resumed or parallel sweep appends in completion order).
+CSV output is appended one (collective, algorithm, engine) block at a time (header once), each block
+in whole lines (a failed write is cut back), so a Ctrl-C or a crash keeps every finished block. JSON
+and Parquet cannot be appended cheaply: the finished rows go to ``FILE.partial.csv`` (floats written
+exactly) and the final file is written at the end, when the partial file is deleted. At the end a CSV
+is rewritten once, in the sweep's stable order (a resumed or parallel sweep appends in completion
+order). Final files replace the old ones atomically (hcclsim.results.safefile).
 
-`--resume` reads the rows in FILE (when it exists) and in its sidecar, checks they come from the same
-topology, rank count, dtype, root and columns, and hands them to the sweep, which skips their points.
+While rows are appended, the file they go to has a sidecar (``FILE.csv.meta.json`` or
+``FILE.partial.csv.meta.json``) with the sweep's metadata and ``"in_progress": true``: it is what lets
+`--resume` trust the rows. `--resume` refuses, leaving every file as it is, a file without that record
+(not ours), one whose setup (hcclsim.results.provenance: topology after --set, engines, launch, noise,
+dtype, root, stats) differs from this sweep's -- naming what differs --, a header other than this
+sweep's columns, and any row that is not valid (line named). Its grid (collectives, algorithms,
+sizes) may differ: the file then holds the union. A last line cut short is dropped only in a file
+whose sidecar says it was still being written.
 """
 
 from __future__ import annotations
 
 import io
 import os
+from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from ..core.errors import ConfigError
-from .read import rows_from_json
-from .report import FLOAT_FORMAT, output_format
+from ..core.units import DTYPE_SIZE
+from ..engine.execution import PERCENTILE_COLUMNS
+from ..schedule import collectives as C
+from ..sweeping.sweep import ROW_KEY, STAT_COLUMNS
+from .provenance import merged, read_metadata, results_document, sidecar_path, write_sidecar
+from .report import FLOAT_FORMAT, output_format, write
+
+NAMES = ["collective", "algorithm", "topology", "engine", "dtype", "protocol", "chosen"]    # non-empty strings
+WHOLE = {"ranks": 1, "size_bytes": 0, "count": 0, "root": -1}     # whole numbers, and their least value
+TIMES = ["time_us", "algbw_GBps", "busbw_GBps", *PERCENTILE_COLUMNS]   # finite, >= 0
+LEFT = "the files are left as they are; rerun without --resume, or write to another file"
 
 
 def sidecar(path: str) -> str:
@@ -33,82 +51,266 @@ def _csv(df: pd.DataFrame, header: bool, exact: bool) -> str:
     return buf.getvalue()
 
 
-def _read_csv(path: str) -> pd.DataFrame:
-    """A CSV we wrote, dropping a last line cut short by a crash (the file is then truncated to match)."""
-    p = Path(path)
-    data = p.read_bytes()
-    if data and not data.endswith(b"\n"):
-        data = data[:data.rfind(b"\n") + 1]
-        p.write_bytes(data)
-    if not data.strip():
-        return pd.DataFrame()
-    try:
-        return pd.read_csv(io.BytesIO(data), keep_default_na=True)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
-        raise ConfigError(f"--resume: cannot read {path!r} ({str(e).strip().splitlines()[0]})") from None
+# ------------------------------------------------------------------------------------ --resume
 
-
-def load_previous(path: str, topology, dtype: str, root: int, columns: list[str]) -> pd.DataFrame:
-    """The rows already in path and its sidecar (empty when there are none), checked against this sweep."""
-    suffix = output_format(path)
-    parts = []
-    if Path(path).is_file() and os.path.getsize(path) > 0:
-        if suffix == ".csv":
-            parts.append(_read_csv(path))
-        elif suffix == ".json":                      # checks the schema version too
-            parts.append(rows_from_json(Path(path).read_text(encoding="utf-8"), f"--resume: {path!r}"))
-        else:
-            parts.append(pd.read_parquet(path))
-    if suffix != ".csv" and Path(sidecar(path)).is_file():
-        parts.append(_read_csv(sidecar(path)))
-    parts = [p for p in parts if not p.empty]
-    if not parts:
-        return pd.DataFrame(columns=columns)
-    rows = pd.concat(parts, ignore_index=True)
+def load_previous(path: str, meta: dict, columns: list[str]) -> tuple[pd.DataFrame | None, dict, int]:
+    """(the rows already made for path -- None when there are none --, the metadata of the file that
+    will hold them and this sweep's, the bytes of the appended file to keep). Refuses what it cannot
+    trust (module docstring) before anything is written."""
     where = f"--resume: {path!r}"
-    if list(rows.columns) != columns:
-        raise ConfigError(f"{where} has columns {','.join(map(str, rows.columns))} but this sweep writes "
-                          f"{','.join(columns)} (same --stats, -a auto and --iters/--skew/--jitter as the first run?)")
-    for col, want in (("topology", topology.name), ("ranks", topology.nranks), ("dtype", dtype)):
-        got = sorted({str(v) for v in rows[col]})
-        if got != [str(want)]:
-            raise ConfigError(f"{where} holds rows for {col} {', '.join(got)}, this sweep is {col} {want}; "
-                              f"resume with the same -t/--set/-d, or write to another file")
-    roots = {int(v) for v in rows["root"]} - {-1}
-    if roots - {root}:
-        raise ConfigError(f"{where} holds rows for root {', '.join(map(str, sorted(roots)))}, this sweep is "
-                          f"root {root}; resume with the same -r")
-    return rows
+    final, partial = Path(path), Path(path if output_format(path) == ".csv" else sidecar(path))
+    parts, keep = [], 0                        # (rows, their labels, the metadata of their file)
+    if final != partial and _nonempty(final, where):
+        frame, file_meta = _read_final(final, where)
+        _same_setup(file_meta, meta, path)
+        parts.append((frame, [f"--resume: {path!r} row {i + 1}" for i in range(len(frame))], file_meta))
+    if _nonempty(partial, where):
+        file_meta = _recorded(read_metadata(partial, f"--resume: {str(partial)!r}"), str(partial))
+        _same_setup(file_meta, meta, str(partial))
+        frame, keep = _read_appended(partial, file_meta, columns)
+        parts.append((frame, [f"--resume: {str(partial)!r} line {i + 2}" for i in range(len(frame))], file_meta))
+    metas = [file_meta for _, _, file_meta in parts]
+    for file_meta in metas:
+        meta = merged(file_meta, meta)
+    parts = [(_typed(frame, labels, file_meta, columns), labels) for frame, labels, file_meta in parts
+             if not frame.empty]
+    if not parts:
+        return None, meta, keep
+    if len(parts) == 2:                       # a crash between writing FILE and deleting FILE.partial.csv
+        done = set(zip(*(parts[0][0][k] for k in ROW_KEY)))
+        fresh = [k not in done for k in zip(*(parts[1][0][k] for k in ROW_KEY))]
+        parts[1] = (parts[1][0][fresh], [lab for lab, f in zip(parts[1][1], fresh) if f])
+    rows = pd.concat([f for f, _ in parts], ignore_index=True)
+    grid = metas[0] if len(metas) == 1 else merged(metas[0], metas[1])
+    _check_points(rows, [lab for _, labels in parts for lab in labels], grid)
+    return rows, meta, keep
 
+
+def _nonempty(p: Path, where: str) -> bool:
+    if p.exists() and not p.is_file():
+        raise ConfigError(f"{where}: {str(p)!r} is not a file")
+    return p.is_file() and p.stat().st_size > 0
+
+
+def _read_final(p: Path, where: str) -> tuple[pd.DataFrame, dict]:
+    """A finished JSON or Parquet file: its rows and its metadata (embedded, or its sidecar)."""
+    if p.suffix.lower() == ".json":
+        try:
+            doc = results_document(p.read_text(encoding="utf-8"), where)
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{where}: cannot read ({getattr(e, 'strerror', None) or e}); {LEFT}") from None
+        meta = _recorded({k: v for k, v in doc.items() if k != "rows"}, str(p))
+        return pd.DataFrame(doc["rows"]), meta
+    meta = _recorded(read_metadata(p, where), str(p))
+    try:
+        return pd.read_parquet(p), meta
+    except (OSError, ValueError) as e:         # pyarrow.ArrowInvalid is a ValueError
+        raise ConfigError(f"{where}: cannot read Parquet ({str(e).splitlines()[0] if str(e) else e}); {LEFT}") \
+            from None
+
+
+def _recorded(meta: dict | None, name: str) -> dict:
+    """meta, when it records what made the file (as this version writes it)."""
+    where = f"--resume: {name!r}"
+    if meta is None:
+        raise ConfigError(f"{where} has no sidecar {str(sidecar_path(name))!r}, so nothing says which sweep wrote "
+                          f"it: not resumed; {LEFT}")
+    inputs = meta.get("inputs")
+    ok = isinstance(meta.get("setup"), dict) and isinstance(meta.get("topology"), dict) \
+        and isinstance(meta.get("setup_sha256"), str) and isinstance(inputs, dict) \
+        and isinstance(inputs.get("collectives"), list) and all(isinstance(c, str) for c in inputs["collectives"]) \
+        and isinstance(inputs.get("algorithm"), str) \
+        and isinstance(inputs.get("sizes"), list) \
+        and all(isinstance(s, int) and not isinstance(s, bool) for s in inputs["sizes"])
+    if not ok:
+        raise ConfigError(f"{where}: its metadata does not record the sweep's setup (written by an older "
+                          f"hccl-bench, or edited): not resumed; {LEFT}")
+    return meta
+
+
+def _flat(value, prefix: str = "") -> dict:
+    """{'topology.bandwidth': '50GB/s', ...}: nested objects flattened; lists of scalars kept whole."""
+    if isinstance(value, dict):
+        return {k: v for key in sorted(value) for k, v in _flat(value[key], f"{prefix}{key}.").items()}
+    if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+        return {k: v for i, item in enumerate(value) for k, v in _flat(item, f"{prefix}{i}.").items()}
+    return {prefix[:-1]: value}
+
+
+def _shown(value) -> str:
+    if isinstance(value, list):
+        return ",".join(map(str, value)) or "[]"
+    return "(none)" if value is _MISSING else str(value)
+
+
+_MISSING = object()
+
+
+def _same_setup(previous: dict, meta: dict, name: str) -> None:
+    """Refuse rows made with another setup, naming the first input that differs."""
+    theirs = _flat({"topology": previous["topology"], **previous["setup"]})
+    ours = _flat({"topology": meta["topology"], **meta["setup"]})
+    differ = sorted((k for k in theirs.keys() | ours.keys() if theirs.get(k, _MISSING) != ours.get(k, _MISSING)),
+                    key=lambda k: (".resolved." in k, k != "topology.name", k))   # as written before resolved
+    if not differ:
+        if previous["setup_sha256"] != meta["setup_sha256"]:
+            raise ConfigError(f"--resume: {name!r}: its setup_sha256 does not match its setup (edited?): "
+                              f"not resumed; {LEFT}")
+        return
+    first, rest = differ[0], differ[1:]
+    more = f" ({len(rest)} more input{'s' * (len(rest) > 1)} differ{'s' * (len(rest) == 1)}: " \
+           f"{', '.join(rest[:3])}{', ...' if len(rest) > 3 else ''})" if rest else ""
+    raise ConfigError(f"--resume: {name!r} was made with {first}={_shown(theirs.get(first, _MISSING))}, this sweep "
+                      f"has {first}={_shown(ours.get(first, _MISSING))}{more}; resume with the same inputs, or "
+                      f"write to another file")
+
+
+def _read_appended(p: Path, meta: dict, columns: list[str]) -> tuple[pd.DataFrame, int]:
+    """The rows of a CSV we append to, as strings, and how many of its bytes to keep (all but a last
+    line cut short, which only a file still being written may have)."""
+    where = f"--resume: {str(p)!r}"
+    try:
+        data = p.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"{where}: cannot read ({e.strerror or e}); {LEFT}") from None
+    keep = len(data)
+    if not data.endswith(b"\n"):
+        if not meta.get("in_progress"):
+            raise ConfigError(f"{where}: its last line is incomplete, but hccl-bench had finished writing it "
+                              f"(changed since?): not resumed; {LEFT}")
+        keep = data.rfind(b"\n") + 1
+    try:
+        text = data[:keep].decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{where}: not UTF-8 text (byte {e.start}): not resumed; {LEFT}") from None
+    if not text:
+        return pd.DataFrame(), keep
+    header = text[:text.index("\n")]
+    if header != ",".join(columns):
+        raise ConfigError(f"{where} has columns {header} but this sweep writes {','.join(columns)} (same --stats, "
+                          f"-a auto and --iters/--skew/--jitter as the first run?); {LEFT}")
+    try:
+        return pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False), keep
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        raise ConfigError(f"{where}: malformed CSV ({str(e).strip().splitlines()[0]}); {LEFT}") from None
+
+
+def _numbers(col: pd.Series) -> pd.Series:
+    """Floats, NaN where a value is not a number (true/false are not)."""
+    return pd.to_numeric(col.where(~col.map(lambda v: isinstance(v, bool))), errors="coerce").astype(float)
+
+
+def _typed(rows: pd.DataFrame, labels: list[str], meta: dict, columns: list[str]) -> pd.DataFrame:
+    """rows with every value checked as any input is, and typed as the sweep types them."""
+    if list(rows.columns) != columns:
+        raise ConfigError(f"{labels[0].rsplit(' ', 2)[0]} has columns {','.join(map(str, rows.columns))} but this "
+                          f"sweep writes {','.join(columns)} (same --stats, -a auto and --iters/--skew/--jitter as "
+                          f"the first run?); {LEFT}")
+
+    def refuse(bad, col: str, expected: str) -> None:
+        bad = np.asarray(bad, bool)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ConfigError(f"{labels[i]}: {col} is {rows[col].iloc[i]!r}, expected {expected}; {LEFT}")
+
+    setup, topology = meta["setup"], meta["topology"]
+    out = {}
+    for col in (c for c in NAMES if c in columns):
+        refuse(~rows[col].map(lambda v: isinstance(v, str) and v != ""), col, "a name")
+        out[col] = rows[col].astype(str)
+    collectives = meta["inputs"]["collectives"]
+    refuse(~out["collective"].isin(collectives), "collective", f"one of the file's: {', '.join(collectives)}")
+    refuse(out["topology"] != topology["name"], "topology", repr(topology["name"]))
+    refuse(out["dtype"] != setup["dtype"], "dtype", repr(setup["dtype"]))
+    refuse(~out["engine"].isin(setup["engines"]), "engine", f"one of {', '.join(setup['engines'])}")
+    for col, least in WHOLE.items():
+        v = _numbers(rows[col])
+        refuse(~(np.isfinite(v) & (v == np.floor(v)) & (v >= least) & (v < 2.0 ** 62)), col,
+               f"a whole number >= {least}")
+        out[col] = v.astype(np.int64)
+    refuse(out["ranks"] != topology["resolved"]["ranks"], "ranks", str(topology["resolved"]["ranks"]))
+    rooted = out["collective"].isin([C.BROADCAST, C.REDUCE]).to_numpy()
+    refuse(out["root"].to_numpy() != np.where(rooted, setup["root"], -1), "root",
+           f"{setup['root']} for broadcast and reduce, -1 otherwise")
+    for col in (c for c in TIMES if c in columns):
+        v = _numbers(rows[col])
+        refuse(~(np.isfinite(v) & (v >= 0)), col, "a finite number >= 0")
+        out[col] = v
+    for col in (c for c in STAT_COLUMNS if c in columns):       # counters: empty where an engine has none
+        v = _numbers(rows[col])
+        empty = rows[col].map(lambda x: x is None or x == "" or (isinstance(x, float) and np.isnan(x)))
+        refuse(~(empty | (np.isfinite(v) & (v >= 0))), col, "empty or a finite number >= 0")
+        out[col] = v
+    return pd.DataFrame(out, index=rows.index)[columns].reset_index(drop=True)
+
+
+def _check_points(rows: pd.DataFrame, labels: list[str], meta: dict) -> None:
+    """Each point at most as often as the grid of the file(s) (meta) asks for it: tiny sizes that round to
+    the same size_bytes (AllGather of 16 B on 8 ranks: 0 B) give identical rows, one per requested size."""
+    setup, ranks = meta["setup"], meta["topology"]["resolved"]["ranks"]
+    ws = DTYPE_SIZE[setup["dtype"]]
+    asked = Counter((c, C.sizing(c, s, ws, ranks).size_bytes) for c in meta["inputs"]["collectives"]
+                    for s in meta["inputs"]["sizes"])
+    seen = rows.groupby(ROW_KEY, sort=False).cumcount().to_numpy() + 1
+    differs = (rows.duplicated(ROW_KEY) & ~rows.duplicated()).to_numpy()
+    for i, (coll, algo, engine, size) in enumerate(zip(*(rows[k] for k in ROW_KEY))):
+        point = f"{coll} {algo} {engine} {size} B"
+        if not asked[coll, size]:
+            why = f"{point}: size_bytes {size} is not a size of the file's grid"
+        elif differs[i]:
+            why = f"{point} appears before with other values"
+        elif seen[i] > asked[coll, size]:
+            why = f"{point} appears {seen[i]} times, the file's grid asks for it {asked[coll, size]} time(s)"
+        else:
+            continue
+        raise ConfigError(f"{labels[i]}: {why}; {LEFT}")
+
+
+# ------------------------------------------------------------------------------------ writing
 
 class RowWriter:
-    """Appends finished blocks to FILE (CSV) or to its sidecar (JSON, Parquet); see the module doc."""
+    """Appends finished blocks to FILE (CSV) or to FILE.partial.csv (JSON, Parquet); see the module doc.
 
-    def __init__(self, path: str, resume: bool):
+    meta: this sweep's metadata (hcclsim.results.provenance.metadata); columns: its rows' columns. With
+    resume, the rows already there are checked and kept (``previous``) and ``meta`` becomes the metadata
+    of the whole file. The caller holds the output's lock (hcclsim.results.safefile.OutputLock)."""
+
+    def __init__(self, path: str, meta: dict, columns: list[str], resume: bool = False):
         self.path = path
         self.suffix = output_format(path)
         self.target = path if self.suffix == ".csv" else sidecar(path)
         self.rows = 0
+        self.previous, self.meta, keep = load_previous(path, meta, columns) if resume else (None, meta, 0)
         try:
-            keep = resume and Path(self.target).is_file()
-            self.file = open(self.target, "a" if keep else "w", encoding="utf-8")  # noqa: SIM115 - kept open
+            self.fd = os.open(self.target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
+            os.ftruncate(self.fd, keep)            # before the sidecar says whose rows these are
+            write_sidecar(self.target, {**self.meta, "in_progress": True})
         except OSError as e:
             raise ConfigError(f"-o/--output: cannot write {self.target!r} ({e.strerror or e})") from None
-        self.header = self.file.tell() == 0
+        self.size = keep
 
     def __call__(self, frame: pd.DataFrame) -> None:
-        self.file.write(_csv(frame, self.header, exact=self.suffix != ".csv"))
-        self.file.flush()
-        self.header = False
+        data = _csv(frame, self.size == 0, exact=self.suffix != ".csv").encode()
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self.fd, view):]
+        except OSError as e:
+            os.ftruncate(self.fd, self.size)           # whole lines only
+            raise ConfigError(f"-o/--output: cannot write {self.target!r} ({e.strerror or e}); the rows written "
+                              f"before are kept") from None
+        self.size += len(data)
         self.rows += len(frame)
 
     def close(self) -> None:
-        if not self.file.closed:
-            self.file.close()
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
-    def finish(self, write) -> None:
-        """Close, write the final file with write(path) (all rows, in order), and drop the sidecar."""
+    def finish(self, rows: pd.DataFrame) -> None:
+        """Close, write the final file (all rows, in order, with self.meta), and drop the partial file."""
         self.close()
-        write(self.path)
-        if self.target != self.path and Path(self.target).exists():
-            os.unlink(self.target)
+        write(rows, self.path, self.meta)
+        if self.target != self.path:
+            for p in (Path(self.target), sidecar_path(self.target)):
+                p.unlink(missing_ok=True)

@@ -13,6 +13,10 @@ A results file is trusted later only if it says what made it. ``metadata`` retur
                         algorithm, sizes in bytes, dtype, root, engines, stats)
     inputs_sha256       sha256 of the canonical JSON of {topology, canonical inputs}: equal inputs give
                         equal hashes whatever the flags' spelling or the hccl-bench version
+    setup               what every row of the file shares, so what `--resume` must find unchanged: engines,
+                        launch, noise (iters, skew, jitter, seed), dtype, root, stats
+    setup_sha256        sha256 of the canonical JSON of {topology, setup}: the inputs without the grid
+                        (collectives, algorithms, sizes), which a resumed sweep may extend (merged())
 
 JSON results embed it; CSV and Parquet get a sidecar FILE.meta.json (docs/results.md).
 """
@@ -28,6 +32,7 @@ from pathlib import Path
 
 from ..core.errors import ConfigError
 from ..core.version import __version__
+from .safefile import replace_text
 
 SCHEMA_VERSION = 1
 SUPPORTED_SCHEMA_VERSIONS = (1,)
@@ -105,6 +110,10 @@ def metadata(topo, *, collectives, algorithm: str, sizes, dtype: str = "float32"
         canonical["launch"] = launch
     if noise is not None and noise.percentiles:
         canonical["noise"] = {"iters": noise.iters, "skew_s": noise.skew, "jitter_s": noise.jitter, "seed": noise.seed}
+    iters, skew, jitter, seed = (1, 0.0, 0.0, 0) if noise is None else \
+        (noise.iters, noise.skew, noise.jitter, noise.seed)
+    setup = {"engines": canonical["engines"], "launch": launch, "dtype": canonical["dtype"], "root": int(root),
+             "stats": bool(stats), "noise": {"iters": iters, "skew_s": skew, "jitter_s": jitter, "seed": seed}}
     topology = resolved_topology(topo)
     meta = {"schema_version": SCHEMA_VERSION, "hccl_bench_version": __version__}
     rev = git_revision()
@@ -113,7 +122,21 @@ def metadata(topo, *, collectives, algorithm: str, sizes, dtype: str = "float32"
     meta["topology"] = topology
     meta["inputs"] = _plain({**(given or {}), **canonical})
     meta["inputs_sha256"] = inputs_hash(topology, canonical)
+    meta["setup"] = _plain(setup)
+    meta["setup_sha256"] = inputs_hash(topology, setup)
     return meta
+
+
+def merged(previous: dict, meta: dict) -> dict:
+    """meta for a file that holds previous's rows and this sweep's (`--resume`, same setup): the grid
+    (collectives, algorithms, sizes) is the union of both, and inputs_sha256 covers that union."""
+    a, b = previous["inputs"], meta["inputs"]
+    canonical = {k: b[k] for k in (*CANONICAL_INPUTS, "launch", "noise") if k in b}
+    canonical["collectives"] = list(dict.fromkeys([*a["collectives"], *b["collectives"]]))
+    canonical["algorithm"] = ",".join(dict.fromkeys(t.strip() for x in (a, b) for t in x["algorithm"].split(",")
+                                                    if t.strip()))
+    canonical["sizes"] = sorted({*a["sizes"], *b["sizes"]})
+    return {**meta, "inputs": {**b, **canonical}, "inputs_sha256": inputs_hash(meta["topology"], canonical)}
 
 
 # --------------------------------------------------------------------------------------- files
@@ -125,7 +148,7 @@ def sidecar_path(path) -> Path:
 
 def write_sidecar(path, meta: dict) -> Path:
     side = sidecar_path(path)
-    side.write_text(json.dumps(_plain(meta), indent=2) + "\n", encoding="utf-8")
+    replace_text(side, json.dumps(_plain(meta), indent=2) + "\n")
     return side
 
 

@@ -15,7 +15,8 @@ from ..core.errors import ConfigError
 from ..core.units import format_size
 from ..core.version import __version__
 from ..sweeping.best import best_per_size
-from .provenance import SCHEMA_VERSION, write_sidecar
+from .provenance import SCHEMA_VERSION, sidecar_path, write_sidecar
+from .safefile import replace, replace_text
 
 FORMATS = ("table", "csv", "json")
 SPREAD_COLUMNS = ("time_us_p75", "time_us_p95", "time_us_min", "time_us_max")   # time (us) is the p50
@@ -53,17 +54,21 @@ def output_format(path: str) -> str:
 
 def write(df: pd.DataFrame, path: str, meta: dict | None = None) -> None:
     """Write rows to path; the format comes from the suffix (.csv, .json, .parquet). JSON embeds meta
-    (hcclsim.results.provenance.metadata); CSV and Parquet get it in a sidecar PATH.meta.json."""
+    (hcclsim.results.provenance.metadata); CSV and Parquet get it in a sidecar PATH.meta.json (without
+    meta, a sidecar left by an earlier file is removed: it would describe other rows). Each file is
+    written under a temporary name and renamed into place (hcclsim.results.safefile)."""
     suffix = output_format(path)
     try:
         if suffix == ".csv":
-            Path(path).write_text(to_csv(df), encoding="utf-8")
+            replace_text(path, to_csv(df))
         elif suffix == ".json":
-            Path(path).write_text(to_json(df, meta), encoding="utf-8")
+            replace_text(path, to_json(df, meta))
         else:
-            df.to_parquet(path, index=False)
+            replace(path, lambda tmp: df.to_parquet(tmp, index=False))
         if meta is not None and suffix != ".json":
             write_sidecar(path, {"schema_version": SCHEMA_VERSION, "hccl_bench_version": __version__, **meta})
+        elif suffix != ".json":
+            sidecar_path(path).unlink(missing_ok=True)
     except OSError as e:
         raise ConfigError(f"-o/--output: cannot write {path!r} ({e.strerror or e})") from None
 

@@ -17,21 +17,31 @@ workers take units from the front of the queue while this process takes them fro
 (cancelling their futures), so ``jobs`` processes run units in all. Workers ignore SIGINT: on Ctrl-C
 the main process gets KeyboardInterrupt, cancels what has not started and ends its workers.
 
+Workers die with the main process however it ends (SIGKILL, the OOM killer included), since nothing
+else would stop them (_die_with), and never hold the caller's stdout, stderr or any file of the main
+process (_let_go): a caller reading our output to its end gets it when the main process ends. What a
+worker has to say comes back with its results: its exceptions (raised here, so the user sees the
+usual one line) and its warnings (shown here, _shown).
+
 ``dask`` runs every unit on an existing Dask distributed cluster (the ``dask`` extra):
-open_executor("dask", scheduler) connects, checks the workers run the same hccl-bench version, and
-gives an executor that submits the units and yields them as they complete; on Ctrl-C (or any
-error) the futures not yet done are cancelled.
+open_executor("dask", scheduler) checks the peer is a Dask scheduler within CONNECT_TIMEOUT (_probe),
+connects, checks the workers run the same hccl-bench version, and gives an executor that submits the
+units and yields them as they complete; on Ctrl-C (or any error) the futures not yet done are cancelled.
 """
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 import signal
+import socket
+import struct
 import sys
 import threading
 import time
 import uuid
+import warnings
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from functools import partial
@@ -40,7 +50,12 @@ from ..core.errors import ConfigError
 
 SERIAL_SECONDS = 2.0          # below this estimated remaining time, starting workers (~1 s each) does not pay
 STEAL = True                  # this process runs queued units too (tests turn it off to exercise workers)
-CONNECT_TIMEOUT = 5.0         # seconds to reach a Dask scheduler
+PDEATHSIG = sys.platform.startswith("linux")   # workers use PR_SET_PDEATHSIG (tests turn it off: the watchdog)
+PR_SET_PDEATHSIG = 1          # <linux/prctl.h>
+WATCH_SECONDS = 0.2           # how often a worker without PDEATHSIG looks for its parent (ours: a cheap syscall)
+CONNECT_TIMEOUT = 5.0         # seconds to reach a Dask scheduler and hear it answer (HCCL_BENCH_CONNECT_TIMEOUT
+                              # overrides); ours: a scheduler answers in milliseconds, even across a data centre
+GREETING_BYTES = 1 << 16      # most a scheduler's first message may hold; it is 58 bytes (distributed 2026.8)
 WORKERS_TIMEOUT = 10.0        # seconds to wait for a first Dask worker to join
 DASK_EXTRA = "--executor dask needs the dask extra: pip install 'hccl-bench[dask]'"
 
@@ -103,19 +118,130 @@ def _context(fork: bool):
     return ctx
 
 
-def _worker_init():
+# ---- the workers' side
+
+def _worker_init(parent: int, inherited=()):
+    """First thing in every worker: Ctrl-C ignored (above), SIGTERM fatal (not the handler the command line
+    installs, which fork copies), death with `parent` (the main process's pid), and no file of the caller held."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):                      # blocked while we started (_signals_blocked)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+    _die_with(parent)
+    _let_go(inherited)
+
+
+def _die_with(parent: int) -> None:
+    """Exit when the main process does, however it ends. On Linux the kernel kills us when our parent
+    dies (PR_SET_PDEATHSIG, armed here; strictly, when the thread that started us ends: the one using the
+    pool, alive while it is used), elsewhere a thread watches os.getppid(); with forkserver the parent is the server,
+    which exits when the main process does. The parent may have died before this ran: checked after arming.
+    (On Windows, where nobody is reparented, a worker finds out when it next asks for a unit.)"""
+    prctl = _prctl() if PDEATHSIG else None
+    armed = prctl is not None and prctl(PR_SET_PDEATHSIG, signal.SIGKILL) == 0
+    ppid = os.getppid()
+    if not _child_of(parent, ppid):
+        os._exit(1)
+    if not armed:
+        threading.Thread(target=_watch, args=(ppid,), name="hccl-bench parent watch", daemon=True).start()
+
+
+def _prctl():
+    import ctypes
+
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+def _child_of(main: int, ppid: int) -> bool:
+    """Whether our parent `ppid` is `main`, or a forkserver it started (Linux says; elsewhere trusted
+    unless we were handed to init already)."""
+    if ppid == main:
+        return True
+    if ppid == 1:
+        return False
+    try:
+        with open(f"/proc/{ppid}/stat", encoding="ascii") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1]) == main     # pid (comm) state ppid ...
+    except OSError:
+        return not sys.platform.startswith("linux")
+
+
+def _watch(ppid: int) -> None:
+    while os.getppid() == ppid:
+        time.sleep(WATCH_SECONDS)
+    os._exit(1)
+
+
+def _let_go(inherited) -> None:
+    """Point fd 1, fd 2 and the files inherited from the main process (`inherited`, see _inherited_fds) at
+    /dev/null: a worker holding the caller's stdout or stderr keeps a caller that reads them to the end
+    waiting, and one holding -o (or its lock) keeps the file busy."""
+    null = os.open(os.devnull, os.O_RDWR)
+    server = getattr(sys.modules.get("multiprocessing.forkserver"), "_forkserver", None)
+    alive = getattr(server, "_forkserver_alive_fd", None)     # set in a forkserver's child
+    try:
+        for fd in (1, 2) if alive is None else (1, 2, alive):   # a forkserver lives while a child holds this
+            os.dup2(null, fd)
+        for fd, ident in inherited:
+            try:
+                st = os.fstat(fd)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) == ident:                   # not a pipe of the pool's, opened since
+                os.dup2(null, fd)
+    finally:
+        if null not in (1, 2):
+            os.close(null)
     sys.stdout, sys.stderr = sys.__stdout__, sys.__stderr__    # not a forked progress bar's proxies
 
 
+def _inherited_fds() -> tuple:
+    """(fd, (device, inode)) of every file this process has open besides stdio, as a forked worker inherits
+    them: the worker needs none (its pool's pipes are opened after this). Empty where /proc is missing."""
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return ()
+    found = []
+    for fd in sorted(int(n) for n in names if int(n) > 2):
+        try:
+            st = os.fstat(fd)
+        except OSError:                                             # listdir's own, closed since
+            continue
+        found.append((fd, (st.st_dev, st.st_ino)))
+    return tuple(found)
+
+
+def _run_in_worker(fn, unit):
+    """fn(unit) and the warnings it gave, which travel with the result since the worker's stderr is
+    /dev/null (shown by the main process, _shown)."""
+    with warnings.catch_warnings(record=True) as caught:
+        result = fn(unit)
+    return result, [(str(w.message), w.category, w.filename, w.lineno) for w in caught]
+
+
+_SHOWN: dict = {}             # the registry of warnings shown for workers: each once, as in one process
+
+
+def _shown(packed):
+    result, caught = packed
+    for message, category, filename, lineno in caught:
+        warnings.warn_explicit(message, category, filename, lineno, registry=_SHOWN)
+    return result
+
+
 @contextmanager
-def _sigint_blocked():
-    """SIGINT held back (delivered at the end) while child processes start: they inherit the mask, so a
-    Ctrl-C to the process group cannot kill the forkserver or a worker before it ignores SIGINT."""
+def _signals_blocked():
+    """SIGINT and SIGTERM held back (delivered at the end) while child processes start: they inherit the
+    mask, so a signal to the process group cannot kill the forkserver or a worker half-way through its
+    start (with the command line's handler and a traceback); workers unblock SIGTERM once it is fatal."""
     if not hasattr(signal, "pthread_sigmask"):
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     try:
         yield
     finally:
@@ -147,15 +273,17 @@ def run_local(fn, units, jobs: int = 1):
 
 
 def _pool(fn, units, workers: int, ctx):
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init)
+    inherited = _inherited_fds() if ctx.get_start_method() == "fork" else ()
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
+                               initargs=(os.getpid(), inherited))
     pending = {}
     try:
-        with _sigint_blocked():                # a Ctrl-C while workers start reaches only this process
-            futures = [pool.submit(fn, unit) for unit in units]
+        with _signals_blocked():               # a Ctrl-C while workers start reaches only this process
+            futures = [pool.submit(_run_in_worker, fn, unit) for unit in units]
             pending = dict(zip(futures, units))
         while pending:
             for future in [f for f in pending if f.done()]:
-                yield pending.pop(future), future.result()
+                yield pending.pop(future), _shown(future.result())
             stolen = next((f for f in reversed(futures) if f in pending and f.cancel()), None) if STEAL else None
             if stolen is not None:             # this process works too, from the back of the queue
                 unit = pending.pop(stolen)
@@ -184,18 +312,115 @@ def _distributed():
     return distributed
 
 
-def _probe(distributed, address: str) -> None:
-    """Reach the scheduler once, in a thread of its own (this one may be running an event loop), so that
-    an unreachable address fails here, quickly, rather than inside a Client (which complains at exit)."""
+def connect_timeout() -> float:
+    """CONNECT_TIMEOUT, or the seconds in $HCCL_BENCH_CONNECT_TIMEOUT."""
+    text = os.environ.get("HCCL_BENCH_CONNECT_TIMEOUT")
+    if text is None:
+        return CONNECT_TIMEOUT
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds < math.inf:
+        raise ConfigError(f"HCCL_BENCH_CONNECT_TIMEOUT: expected seconds > 0 (e.g. 5), got {text!r}")
+    return seconds
+
+
+class _NotDask(Exception):
+    """The peer answered, not as a Dask server does."""
+
+
+def _probe(distributed, address: str, where: str, timeout: float) -> None:
+    """Check within `timeout` seconds, in a thread of its own (this one may be running an event loop), that
+    a Dask scheduler answers at `address`, before a Client touches it: a Client waits forever for a peer that
+    accepts and never answers, and takes the first bytes of another server's answer for a message length
+    (an HTTP server's asks for 3 EiB). ConfigError (one line) otherwise."""
+    outcome = []
+
+    def check():
+        try:
+            outcome.append(_peer_kind(distributed, address, time.monotonic() + timeout))
+        except BaseException as e:  # noqa: BLE001 - handed to the waiting thread
+            outcome.append(e)
+    thread = threading.Thread(target=check, name="hccl-bench dask probe", daemon=True)
+    thread.start()
+    thread.join(timeout + 1.0)                 # bounded whatever hangs (a name lookup, say): then left behind
+    expected = "expected the address `dask scheduler` prints, e.g. tcp://10.0.0.1:8786"
+    got = outcome[0] if outcome else TimeoutError()
+    if isinstance(got, TimeoutError):
+        raise ConfigError(f"{where}: no Dask scheduler answered within {timeout:g} s "
+                          f"(HCCL_BENCH_CONNECT_TIMEOUT sets the limit); {expected}") from None
+    if isinstance(got, (OSError, ValueError)):
+        reason = str(got).strip().splitlines()[0] if str(got).strip() else type(got).__name__
+        raise ConfigError(f"{where}: cannot reach a Dask scheduler ({reason}); {expected}") from None
+    if isinstance(got, BaseException):
+        reason = str(got) if isinstance(got, _NotDask) else f"it answered, then {type(got).__name__}: {got}"
+        raise ConfigError(f"{where}: not a Dask scheduler ({reason[:200]}); {expected}") from None
+    if not got.endswith("Scheduler"):
+        raise ConfigError(f"{where}: that is a Dask {got}, not the scheduler; {expected}")
+
+
+def _peer_kind(distributed, address: str, deadline: float) -> str:
+    """The type of Dask server at `address` ('Scheduler', 'Worker', ...), asked before `deadline`. Over TCP
+    its first message is checked by hand first (_greeting)."""
     import asyncio
-    from concurrent.futures import ThreadPoolExecutor
 
-    async def connect():
-        comm = await distributed.comm.connect(address, timeout=CONNECT_TIMEOUT)
-        await comm.close()
+    scheme, loc = distributed.comm.parse_address(address)
+    if scheme == "tcp":
+        _greeting(*distributed.comm.parse_host_port(loc), deadline)
 
-    with ThreadPoolExecutor(1) as thread:
-        thread.submit(asyncio.run, connect()).result()
+    async def identity():
+        comm = await distributed.comm.connect(address, timeout=max(deadline - time.monotonic(), 0.01))
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            await comm.close()
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError
+    reply = asyncio.run(asyncio.wait_for(identity(), left))
+    if not isinstance(reply, dict) or not isinstance(reply.get("type"), str):
+        raise _NotDask(f"it answered {str(reply)[:60]!r} to an identity request")
+    return reply["type"]
+
+
+def _greeting(host: str, port: int, deadline: float) -> None:
+    """Read the handshake a Dask server sends as soon as it accepts a connection (8 bytes: a length; then
+    that many: a frame count, the frames' lengths, the frames) and send it back as ours, so that the server
+    sees a client come and go. TimeoutError when nothing comes in time, _NotDask when it is not that."""
+    def left() -> float:
+        seconds = deadline - time.monotonic()
+        if seconds <= 0:
+            raise TimeoutError
+        return seconds
+
+    def read(n: int, so_far: bytes = b"") -> bytes:
+        data = b""
+        while len(data) < n:
+            sock.settimeout(left())
+            chunk = sock.recv(n - len(data))
+            if not chunk:
+                raise _NotDask(f"it answered {so_far + data!r}, then closed the connection" if so_far + data
+                               else "it closed the connection without a word")
+            data += chunk
+        return data
+
+    with socket.create_connection((host, port), timeout=left()) as sock:
+        head = read(8)
+        (size,) = struct.unpack("Q", head)
+        if not 16 <= size <= GREETING_BYTES:                   # a frame count and a length at least
+            sock.settimeout(0.1)
+            try:
+                head += sock.recv(24)
+            except OSError:
+                pass
+            raise _NotDask(f"it answered {head!r}")
+        body = read(size, head)
+        (frames,) = struct.unpack_from("Q", body)
+        if not 1 <= frames <= size // 8 - 1:
+            raise _NotDask(f"it answered {(head + body)[:32]!r}")
+        sock.sendall(head + body)
 
 
 def connect(address: str | None):
@@ -206,9 +431,10 @@ def connect(address: str | None):
         raise ConfigError("--scheduler: --executor dask needs --scheduler ADDRESS, a running Dask scheduler "
                           "(e.g. tcp://10.0.0.1:8786; start one with `dask scheduler`)")
     where = f"--scheduler {address}"
+    timeout = connect_timeout()
+    _probe(distributed, address, where, timeout)
     try:
-        _probe(distributed, address)
-        client = distributed.Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False)
+        client = distributed.Client(address, timeout=timeout, set_as_default=False)
     except (OSError, ValueError, TypeError) as e:
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ConfigError(f"{where}: cannot reach a Dask scheduler ({reason}); expected the address "

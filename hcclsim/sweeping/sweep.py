@@ -19,15 +19,18 @@ from typing import NamedTuple
 import numpy as np
 import pandas as pd
 
+from ..core import budget
 from ..core.errors import ConfigError, UnsupportedError
 from ..core.units import DTYPE_SIZE, parse_dtype
 from ..engine import analytic, packet
 from ..engine.execution import PERCENTILE_COLUMNS, QUIET, Noise, check_launch, summarize
 from ..engine.execution import run as run_engine
+from ..network.config import MAX_COUNT
 from ..network.topology import Topology
 from ..schedule import collectives as C
 from ..schedule.algorithm import ALGORITHMS, Algorithm, Problem, load_all, parse_spec
 from .best import best_per_size
+from .budget import check_schedule, check_units
 
 COLUMNS = ["collective", "algorithm", "topology", "ranks", "engine", "size_bytes", "count", "dtype", "root",
            "time_us", "algbw_GBps", "busbw_GBps", "protocol"]
@@ -129,6 +132,7 @@ def time_algorithm(algo: Algorithm, problem: Problem, sizes: list[int], dtype: s
     for key in dict.fromkeys(keys):
         idx = [i for i, k in enumerate(keys) if k == key]
         schedule = algo.compile(problem, key)
+        check_schedule(schedule, problem.topology, engines, [sizings[i].size_bytes for i in idx], noise)
         for engine in engines:
             samples, stats, protocols = run_engine(ENGINES[engine], schedule, problem.topology,
                                                    [sizings[i].block_elems for i in idx], ws, launch, noise,
@@ -150,6 +154,7 @@ class Context(NamedTuple):
     auto: bool               # -a includes auto: rows get a chosen column
     launch: str
     noise: Noise
+    max_memory: int | None = None   # the memory budget of a point (hcclsim.core.budget), for workers
 
 
 def _frame(ctx: Context, coll, label, sizings, engine_name, samples, counters, protocols):
@@ -198,7 +203,13 @@ class Unit:
 
 
 def run_unit(ctx: Context, unit: Unit) -> list[pd.DataFrame]:
-    """The rows of one unit, one frame per engine (in the unit's engine order). Picklable, for workers."""
+    """The rows of one unit, one frame per engine (in the unit's engine order), under the sweep's memory
+    budget. Picklable, for workers."""
+    with budget.limited(ctx.max_memory):
+        return _unit_rows(ctx, unit)
+
+
+def _unit_rows(ctx: Context, unit: Unit) -> list[pd.DataFrame]:
     topology, dtype, root = ctx.topology, ctx.dtype, ctx.root
     how = (ctx.launch, ctx.noise)
     coll, sizes, engines = unit.collective, list(unit.sizes), unit.engines
@@ -266,8 +277,10 @@ def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "al
     if not 0 <= root < topology.nranks:
         raise ConfigError(f"--root: expected a rank in 0..{topology.nranks - 1}, got {root}")
     sizes = sorted({int(s) for s in sizes})
+    if sizes and sizes[-1] > MAX_COUNT:
+        raise ConfigError(f"size {sizes[-1]}: expected at most 2^62 bytes (sizes are 64-bit counts)")
     listed, auto = split_auto(algorithms)
-    ctx = Context(topology, dtype, root, stats, auto, check_launch(launch), noise)
+    ctx = Context(topology, dtype, root, stats, auto, check_launch(launch), noise, budget.current())
     skipped, blocks = [], []           # blocks: (collective, algorithm) in the sweep's order
     for coll in [C.canonical(c) for c in collectives]:
         problem = Problem(coll, topology, root)
@@ -301,6 +314,8 @@ def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "al
         todo_sizes = [s for s in sizes if any((coll, label, e, nbytes[s]) not in done for e in todo)]
         if todo:
             units.append(Unit(i, coll, algo, tuple(todo_sizes), tuple(todo)))
+    check_units(ctx, units, lambda coll: [a for a in algorithms_for(LIBRARY, coll, topology)
+                                          if not a.unsupported(Problem(coll, topology, root))])
     if on_start:
         on_start(units)
     frames = []

@@ -23,9 +23,11 @@ from __future__ import annotations
 import numpy as np
 
 from ...api import run_sweep
+from ...core import budget
 from ...core.units import DTYPE_SIZE, parse_dtype
 from ...engine.analytic import max_transfer_bytes
 from ...engine.execution import PERCENTILE_COLUMNS
+from ...engine.packet import explicit_size
 from ...network.topology import Topology
 from ...schedule import collectives as C
 from ...schedule.algorithm import Problem, parse_spec
@@ -34,6 +36,9 @@ from ...schedule.ir import F_KIND, PUT_REDUCE
 from .ops import CollectiveCost
 
 PERCENTILES = tuple(c.removeprefix("time_us_") for c in PERCENTILE_COLUMNS)   # p50, p75, p95, min, max
+# Bytes of the explicit schedule schedule_traffic reads, counted from the arrays: expand's int64[X, 7] table
+# and its 7 columns, its dependency CSR (2 int64 per dependency), and 4 arrays per transfer here.
+EXPAND_PER_TRANSFER, EXPAND_PER_DEP = 160, 16
 
 
 def schedule_traffic(topology: Topology, collective: str, algorithm: str, size: int, dtype: str = "float32") -> float:
@@ -45,6 +50,10 @@ def schedule_traffic(topology: Topology, collective: str, algorithm: str, size: 
     if sizing.count == 0:
         return 0.0
     schedule = algo.compile(problem, algo.structure_key(problem, sizing, ws))
+    transfers, deps = explicit_size(schedule)
+    budget.check(EXPAND_PER_TRANSFER * transfers + EXPAND_PER_DEP * deps,
+                 f"the memory traffic of {collective} {algorithm} on {topology.name} ({transfers:.3g} transfers)",
+                 "use fewer ranks or smaller algorithm options (chunks, channels)")
     per_template = max_transfer_bytes(schedule, np.array([sizing.block_elems]), ws)[:, 0]
     ex = expand(schedule)
     n = topology.nranks

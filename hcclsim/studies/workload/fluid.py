@@ -129,19 +129,23 @@ def simulate(ops: list[Op], device: Device) -> SimResult:
     if n == 0:
         raise ConfigError("workload: no ops to run")
     preds = _preds(ops)
+    waiting = [len(p) for p in preds]              # predecessors not finished yet
+    succ: list[list[int]] = [[] for _ in range(n)]
+    for i, ps in enumerate(preds):
+        for p in ps:
+            succ[p].append(i)
+    ready = [i for i in range(n) if not waiting[i]]
     remaining = np.ones(n)
     start = np.full(n, math.nan)
     finish = np.full(n, math.nan)
-    started = np.zeros(n, bool)
-    done = np.zeros(n, bool)
+    finished = 0
     running: list[int] = []
     t = 0.0
-    while not done.all():
-        for i in range(n):
-            if not started[i] and all(done[p] for p in preds[i]):
-                started[i] = True
-                start[i] = t
-                running.append(i)
+    while finished < n:                            # each event costs the ops running, not all ops
+        for i in sorted(ready):
+            start[i] = t
+            running.append(i)
+        ready = []
         rate = rates(ops, running, device)
         with np.errstate(divide="ignore"):
             left = np.where(np.isinf(rate), 0.0, remaining[running] / rate)
@@ -152,7 +156,11 @@ def simulate(ops: list[Op], device: Device) -> SimResult:
             if left[x] <= dt + _TIE * max(t_next, 1e-30):
                 remaining[i] = 0.0
                 finish[i] = t_next
-                done[i] = True
+                finished += 1
+                for j in succ[i]:
+                    waiting[j] -= 1
+                    if not waiting[j]:
+                        ready.append(j)
             else:
                 remaining[i] -= rate[x] * dt
                 still.append(i)

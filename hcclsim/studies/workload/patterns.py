@@ -44,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from ...core import budget
 from ...core.errors import ConfigError
 from .collective import CollectiveTimer
 from .fluid import rates, time_alone
@@ -51,6 +52,14 @@ from .ops import Device, Op, collective, compute, fused, gemm, gemm_rows
 
 SCHEDULES = ("sequential", "chunked", "fused")
 COLLECTIVE_SETS = ("all_reduce", "rs_ag")
+# Bytes one op of a graph takes, built and simulated: measured 1.3-2.2 KiB per op (peak RSS growth of overlap
+# graphs of 2000 and 8000 collectives): the Op with its name and info, the simulation's state and table row.
+BYTES_PER_OP = 2500
+
+
+def check_ops(nops: int, what: str, smaller: str) -> None:
+    """Refuse a graph of nops ops whose building and simulation would pass the memory budget, before it is built."""
+    budget.check(BYTES_PER_OP * nops, f"{what} ({nops} ops)", smaller)
 
 
 def part(op: Op, fraction: float, name: str, deps=(), stream=None) -> Op:
@@ -67,6 +76,8 @@ def overlap(p: dict, timer: CollectiveTimer, device: Device, dtype_size: int) ->
     cost = timer.cost(p["collective"], p["algorithm"], p["size"])
     name = p["collective"]
     count = p["count"] or _covering(g, collective(name, cost), device)
+    check_ops(1 + count, f"overlap: {count} collectives of {cost.size_bytes} bytes",
+              "use a smaller GEMM (m, n, k), a larger collective size, or count = N")
     return [g] + [collective(f"{name}#{i + 1}", cost, stream="comm") for i in range(count)]
 
 
@@ -103,6 +114,8 @@ def tp_layer(p: dict, timer: CollectiveTimer, device: Device, dtype_size: int) -
         what = "chunks" if p["schedule"] == "chunked" else "tiles"
         raise ConfigError(f"tokens: {T} is not a multiple of {pieces} ({what}); the GEMMs are split by rows of tokens")
     rs_ag = p["collectives"] == "rs_ag"
+    check_ops(2 * (4 * pieces + 6), f"tp_layer: {p['schedule']} in {pieces} pieces",
+              "use fewer chunks or tiles")
     build = {"sequential": _sequential, "chunked": _chunked, "fused": _fused}[p["schedule"]]
     ops: list[Op] = []
     for block, n_in, k_out, core in _blocks(p, tp):
