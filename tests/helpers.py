@@ -50,9 +50,28 @@ def assert_one_line_error(status, out, err, *needles, expected_status=2):
         assert needle in err, err
 
 
+ROW_KEY = ["collective", "algorithm", "engine", "size_bytes"]
+
+
+def record_units(monkeypatch):
+    """Every (collective, algorithm, engine, size) point a sweep computes from now on."""
+    import hcclsim.sweeping.sweep as sweep_lib
+
+    computed = []
+    real = sweep_lib.run_unit
+
+    def spy(ctx, unit):
+        frames = real(ctx, unit)
+        computed.extend(k for f in frames for k in zip(*(f[c] for c in ROW_KEY)))
+        return frames
+    monkeypatch.setattr(sweep_lib, "run_unit", spy)
+    return computed
+
+
 def counts_to_check(n: int):
     """Block sizes (elements) that divide evenly and that do not."""
     return sorted({1, 3, 7, n, 2 * n + 1, 64, 97})
 
 
-__all__ = ["assert_one_line_error", "busbw", "compile_for", "counts_to_check", "np", "run_cli", "time_of"]
+__all__ = ["assert_one_line_error", "busbw", "compile_for", "counts_to_check", "np", "record_units", "run_cli",
+           "time_of"]

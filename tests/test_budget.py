@@ -264,3 +264,19 @@ def test_a_point_is_checked_before_and_after_it_is_compiled():
     schedule = algo.compile(problem, 1)
     with budget.limited(1 << 10), pytest.raises(budget.BudgetError, match="14 templates"):
         SB.check_schedule(schedule, topo, ("analytic",), [sizing.size_bytes], Noise(iters=2, jitter=1e-9))
+
+
+@pytest.mark.parametrize("argv", [
+    ["calibrate", "tests/data/nccl-tests-all_reduce-synthetic.txt", "-t", "switch8", "-o", "{tmp}/fit.toml"],
+    ["validate", "dgx-h200"],
+])
+def test_calibrate_and_validate_take_the_flag_too(argv, tmp_path, capsys):
+    """Both time points, so --max-memory bounds them as it bounds sweep: 8 ranks on a switch build 16 links,
+    more than 1 KiB, so the first topology they build is refused (and no calibrated file is written)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    argv = [a.format(tmp=tmp_path) if "{tmp}" in a else (os.path.join(root, a) if a.startswith("tests/") else a)
+            for a in argv]
+    status = main([*argv, "--max-memory", "1K"])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1 and "over the 1 KiB memory budget" in err, err
+    assert not (tmp_path / "fit.toml").exists()

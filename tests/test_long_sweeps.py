@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import record_units
 from helpers import run_cli as run
 
 import hcclsim.cli._long as long_module
-import hcclsim.sweeping.sweep as sweep_lib
 from hcclsim.network.config import load_topology
 from hcclsim.results.incremental import RowWriter, sidecar
 from hcclsim.schedule import collectives as C
@@ -46,19 +46,6 @@ def interrupt_after(monkeypatch, blocks):
             if self.blocks == blocks:
                 raise KeyboardInterrupt
     monkeypatch.setattr(long_module, "RowWriter", Interrupting)
-
-
-def record_units(monkeypatch):
-    """Every (collective, algorithm, engine, size) point the sweep computes from now on."""
-    computed = []
-    real = sweep_lib.run_unit
-
-    def spy(ctx, unit):
-        frames = real(ctx, unit)
-        computed.extend(k for f in frames for k in zip(*(f[c] for c in KEY)))
-        return frames
-    monkeypatch.setattr(sweep_lib, "run_unit", spy)
-    return computed
 
 
 def test_ctrl_c_keeps_every_finished_row_and_resume_completes_it(capsys, monkeypatch, tmp_path, fresh):

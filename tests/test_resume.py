@@ -7,14 +7,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from helpers import record_units
 from helpers import run_cli as run
 
 import hcclsim.cli._long as long_module
-import hcclsim.sweeping.sweep as sweep_lib
 from hcclsim.results.incremental import RowWriter, sidecar
 
 SWEEP = ["sweep", "-t", "switch8", "-a", "ring", "-b", "1K", "-e", "64K", "-f", "8", "-q", "--format", "csv", "-j", "1"]
-KEY = ["collective", "algorithm", "engine", "size_bytes"]
 HEADER = "collective,algorithm,topology,ranks,engine,size_bytes,count,dtype,root,time_us,algbw_GBps,busbw_GBps,protocol"
 
 
@@ -38,19 +37,6 @@ def made(capsys, tmp_path):
     status, _, err = run(capsys, *SWEEP, "-o", path)
     assert status == 0, err
     return path
-
-
-def record_units(monkeypatch):
-    """Every (collective, algorithm, engine, size) point the sweep computes from now on."""
-    computed = []
-    real = sweep_lib.run_unit
-
-    def spy(ctx, unit):
-        frames = real(ctx, unit)
-        computed.extend(k for f in frames for k in zip(*(f[c] for c in KEY)))
-        return frames
-    monkeypatch.setattr(sweep_lib, "run_unit", spy)
-    return computed
 
 
 # ------------------------------------------------------------------------------------ other inputs

@@ -15,6 +15,7 @@ from ..network.config import build, resolve
 from ..results.nccltests import read
 from ..results.report import _console
 from ..schedule import collectives as C
+from ._options import max_memory_option
 
 
 @click.command("calibrate")
@@ -32,6 +33,7 @@ from ..schedule import collectives as C
 @click.option("-d", "--dtype", default=None, help="Element type; default: the file's type column, else float32.")
 @click.option("-o", "--output", required=True, metavar="CALIBRATED.toml",
               help="Where to write the calibrated topology (loadable with `sweep -t`).")
+@max_memory_option
 def calibrate_cmd(measured, topology, collective, algorithm, tier, dtype, output):
     """Fit TOPOLOGY's per-hop latency and bandwidth to a measurement of one collective.
 

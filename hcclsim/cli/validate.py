@@ -17,6 +17,7 @@ from ..analysis import validate as V
 from ..core.errors import ConfigError
 from ..core.version import __version__
 from ..results.report import to_csv
+from ._options import max_memory_option
 
 FORMATS = ("table", "csv", "json")
 
@@ -28,6 +29,7 @@ FORMATS = ("table", "csv", "json")
 @click.option("-o", "--output", metavar="FILE", help="Also write every compared point to FILE (.csv or .json).")
 @click.option("--plot", "plot_file", metavar="FILE.png",
               help="Draw predicted vs measured busbw against size, one panel per case (needs the plot extra).")
+@max_memory_option
 def validate_cmd(presets, fmt, output, plot_file):
     """Compare presets with published nccl-tests / rccl-tests measurements (validation/*.toml).
 
