@@ -29,15 +29,12 @@ import pandas as pd
 
 from ..core.errors import ConfigError
 from ..core.units import DTYPE_SIZE
-from ..engine.execution import PERCENTILE_COLUMNS
 from ..schedule import collectives as C
-from ..sweeping.sweep import ROW_KEY, STAT_COLUMNS
+from ..sweeping.sweep import ROW_KEY
 from .provenance import merged, read_metadata, results_document, sidecar_path, write_sidecar
+from .read import COLUMN_TYPES, parse_column
 from .report import FLOAT_FORMAT, output_format, write
 
-NAMES = ["collective", "algorithm", "topology", "engine", "dtype", "protocol", "chosen"]    # non-empty strings
-WHOLE = {"ranks": 1, "size_bytes": 0, "count": 0, "root": -1}     # whole numbers, and their least value
-TIMES = ["time_us", "algbw_GBps", "busbw_GBps", *PERCENTILE_COLUMNS]   # finite, >= 0
 LEFT = "the files are left as they are; rerun without --resume, or write to another file"
 
 
@@ -63,16 +60,16 @@ def load_previous(path: str, meta: dict, columns: list[str]) -> tuple[pd.DataFra
     if final != partial and _nonempty(final, where):
         frame, file_meta = _read_final(final, where)
         _same_setup(file_meta, meta, path)
-        parts.append((frame, [f"--resume: {path!r} row {i + 1}" for i in range(len(frame))], file_meta))
+        parts.append((frame, [f"--resume: {path!r} row {i + 1}" for i in range(len(frame))], file_meta, False))
     if _nonempty(partial, where):
         file_meta = _recorded(read_metadata(partial, f"--resume: {str(partial)!r}"), str(partial))
         _same_setup(file_meta, meta, str(partial))
         frame, keep = _read_appended(partial, file_meta, columns)
-        parts.append((frame, [f"--resume: {str(partial)!r} line {i + 2}" for i in range(len(frame))], file_meta))
-    metas = [file_meta for _, _, file_meta in parts]
+        parts.append((frame, [f"--resume: {str(partial)!r} line {i + 2}" for i in range(len(frame))], file_meta, True))
+    metas = [file_meta for _, _, file_meta, _ in parts]
     for file_meta in metas:
         meta = merged(file_meta, meta)
-    parts = [(_typed(frame, labels, file_meta, columns), labels) for frame, labels, file_meta in parts
+    parts = [(_typed(frame, labels, file_meta, columns, text), labels) for frame, labels, file_meta, text in parts
              if not frame.empty]
     if not parts:
         return None, meta, keep
@@ -195,13 +192,9 @@ def _read_appended(p: Path, meta: dict, columns: list[str]) -> tuple[pd.DataFram
         raise ConfigError(f"{where}: malformed CSV ({str(e).strip().splitlines()[0]}); {LEFT}") from None
 
 
-def _numbers(col: pd.Series) -> pd.Series:
-    """Floats, NaN where a value is not a number (true/false are not)."""
-    return pd.to_numeric(col.where(~col.map(lambda v: isinstance(v, bool))), errors="coerce").astype(float)
-
-
-def _typed(rows: pd.DataFrame, labels: list[str], meta: dict, columns: list[str]) -> pd.DataFrame:
-    """rows with every value checked as any input is, and typed as the sweep types them."""
+def _typed(rows: pd.DataFrame, labels: list[str], meta: dict, columns: list[str], text: bool) -> pd.DataFrame:
+    """rows with every value checked as any results file's (hcclsim.results.read: CSV text when text,
+    else JSON or Parquet values), typed as the sweep types them, and consistent with the file's setup."""
     if list(rows.columns) != columns:
         raise ConfigError(f"{labels[0].rsplit(' ', 2)[0]} has columns {','.join(map(str, rows.columns))} but this "
                           f"sweep writes {','.join(columns)} (same --stats, -a auto and --iters/--skew/--jitter as "
@@ -215,33 +208,21 @@ def _typed(rows: pd.DataFrame, labels: list[str], meta: dict, columns: list[str]
 
     setup, topology = meta["setup"], meta["topology"]
     out = {}
-    for col in (c for c in NAMES if c in columns):
-        refuse(~rows[col].map(lambda v: isinstance(v, str) and v != ""), col, "a name")
-        out[col] = rows[col].astype(str)
+    for col in columns:                        # every column a sweep writes has a type (tests/test_compare.py)
+        kind = COLUMN_TYPES[col]
+        values, bad = parse_column(rows[col].astype(object).reset_index(drop=True), kind, text)
+        refuse(bad, col, kind.expected)
+        out[col] = values
     collectives = meta["inputs"]["collectives"]
     refuse(~out["collective"].isin(collectives), "collective", f"one of the file's: {', '.join(collectives)}")
     refuse(out["topology"] != topology["name"], "topology", repr(topology["name"]))
     refuse(out["dtype"] != setup["dtype"], "dtype", repr(setup["dtype"]))
     refuse(~out["engine"].isin(setup["engines"]), "engine", f"one of {', '.join(setup['engines'])}")
-    for col, least in WHOLE.items():
-        v = _numbers(rows[col])
-        refuse(~(np.isfinite(v) & (v == np.floor(v)) & (v >= least) & (v < 2.0 ** 62)), col,
-               f"a whole number >= {least}")
-        out[col] = v.astype(np.int64)
     refuse(out["ranks"] != topology["resolved"]["ranks"], "ranks", str(topology["resolved"]["ranks"]))
     rooted = out["collective"].isin([C.BROADCAST, C.REDUCE]).to_numpy()
     refuse(out["root"].to_numpy() != np.where(rooted, setup["root"], -1), "root",
            f"{setup['root']} for broadcast and reduce, -1 otherwise")
-    for col in (c for c in TIMES if c in columns):
-        v = _numbers(rows[col])
-        refuse(~(np.isfinite(v) & (v >= 0)), col, "a finite number >= 0")
-        out[col] = v
-    for col in (c for c in STAT_COLUMNS if c in columns):       # counters: empty where an engine has none
-        v = _numbers(rows[col])
-        empty = rows[col].map(lambda x: x is None or x == "" or (isinstance(x, float) and np.isnan(x)))
-        refuse(~(empty | (np.isfinite(v) & (v >= 0))), col, "empty or a finite number >= 0")
-        out[col] = v
-    return pd.DataFrame(out, index=rows.index)[columns].reset_index(drop=True)
+    return pd.DataFrame(out)[columns]
 
 
 def _check_points(rows: pd.DataFrame, labels: list[str], meta: dict) -> None:

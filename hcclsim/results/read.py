@@ -172,7 +172,7 @@ def _typed(columns: list[str], rows: list, text: bool, locate: Callable[[int, st
         if kind is None:
             continue
         raw = pd.Series(cells, dtype=object)
-        values, bad = _parse(raw, kind, text)
+        values, bad = parse_column(raw, kind, text)
         if bad.any():
             i = int(bad.argmax())
             raise ConfigError(f"{where}: {locate(i, col)}: expected {kind.expected}, got {_show(raw[i], text)}")
@@ -180,7 +180,7 @@ def _typed(columns: list[str], rows: list, text: bool, locate: Callable[[int, st
     return pd.DataFrame({c: out[c] for c in needed})
 
 
-def _parse(raw: pd.Series, kind: Kind, text: bool) -> tuple[pd.Series, np.ndarray]:
+def parse_column(raw: pd.Series, kind: Kind, text: bool) -> tuple[pd.Series, np.ndarray]:
     """(the values as kind says, where they are not): raw holds CSV text when text, else JSON or Parquet
     values (Python values), whose types count: true and the string "8" are not numbers."""
     types = raw.map(type)
