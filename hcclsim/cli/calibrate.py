@@ -14,6 +14,7 @@ from ..core.units import format_bandwidth, format_time
 from ..network.config import build, resolve
 from ..results.nccltests import read
 from ..results.report import _console
+from ..results.safefile import replace_text
 from ..schedule import collectives as C
 from ._options import max_memory_option
 
@@ -70,7 +71,7 @@ def calibrate_cmd(measured, topology, collective, algorithm, tier, dtype, output
     text = to_toml(doc, result, measured, name, coll, algorithm)
     build(tomllib.loads(text), Path(output).stem, output)        # the file must load
     try:
-        Path(output).write_text(text, encoding="utf-8")
+        replace_text(output, text)
     except OSError as e:
         raise ConfigError(f"-o/--output: cannot write {output!r} ({e.strerror or e})") from None
 

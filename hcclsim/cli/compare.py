@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shutil
 import sys
-from pathlib import Path
 
 import click
 from rich.console import Console
@@ -12,6 +11,7 @@ from rich.table import Table
 
 from ..analysis import gate
 from ..core.errors import ConfigError
+from ..results.safefile import replace_text
 
 FORMATS = ("table", "markdown")
 
@@ -47,7 +47,7 @@ def compare_cmd(baseline, current, tolerance, fail_on, strict, fmt, junit_file):
     result = gate.compare_files(baseline, current, limits, strict)
     if junit_file:
         try:
-            Path(junit_file).write_text(gate.to_junit(result), encoding="utf-8")
+            replace_text(junit_file, gate.to_junit(result))
         except OSError as e:
             raise ConfigError(f"--junit: cannot write {junit_file!r} ({e.strerror or e})") from None
     if fmt == "markdown":

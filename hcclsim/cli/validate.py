@@ -17,6 +17,7 @@ from ..analysis import validate as V
 from ..core.errors import ConfigError
 from ..core.version import __version__
 from ..results.report import to_csv
+from ..results.safefile import replace_text
 from ._options import max_memory_option
 
 FORMATS = ("table", "csv", "json")
@@ -56,7 +57,7 @@ def validate_cmd(presets, fmt, output, plot_file):
     if output:
         text = to_csv(result.points) if output.lower().endswith(".csv") else to_json(result)
         try:
-            Path(output).write_text(text, encoding="utf-8")
+            replace_text(output, text)
         except OSError as e:
             raise ConfigError(f"-o/--output: cannot write {output!r} ({e.strerror or e})") from None
     if fmt == "csv":

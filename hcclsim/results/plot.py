@@ -24,6 +24,7 @@ from ..core.errors import ConfigError, suggest
 from ..core.units import format_size
 from ..schedule import collectives as C
 from .read import KEYS, describe, load_results
+from .safefile import replace
 
 # metric name -> (column, axis label, log-scaled y)
 METRICS = {
@@ -146,7 +147,7 @@ RC = {"svg.fonttype": "none", "svg.hashsalt": "hccl-bench", "font.size": 9, "axe
 def _save(fig, out: Path) -> None:
     meta = {"Date": None} if out.suffix.lower() == ".svg" else {}
     try:
-        fig.savefig(out, format=out.suffix.lower()[1:], metadata=meta)
+        replace(out, lambda tmp: fig.savefig(tmp, format=out.suffix.lower()[1:], metadata=meta))
     except OSError as e:
         raise ConfigError(f"-o {str(out)!r}: cannot write ({e.strerror or e})") from None
 

@@ -8,7 +8,6 @@ Open the JSON in ui.perfetto.dev or chrome://tracing. Tracks: one per rank and m
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 
@@ -20,6 +19,7 @@ from ..network.topology import Topology
 from ..schedule import collectives as C
 from ..schedule.algorithm import Problem, parse_spec
 from ..schedule.ir import F_KIND, KIND_NAMES
+from .safefile import replace_text
 
 PID_RANKS, PID_SWITCHES, PID_LINKS = 1, 2, 3
 
@@ -91,6 +91,6 @@ def write_trace(path: str, topo: Topology, collective: str, algorithm: str, size
            "otherData": {"collective": collective, "algorithm": algorithm, "topology": topo.name,
                          "size_bytes": sz.size_bytes, "time_us": run.time * 1e6, **run.stats}}
     try:
-        Path(path).write_text(json.dumps(doc) + "\n", encoding="utf-8")
+        replace_text(path, json.dumps(doc) + "\n")
     except OSError as e:
         raise ConfigError(f"--trace: cannot write {path!r} ({e.strerror or e})") from None
