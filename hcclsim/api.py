@@ -116,15 +116,18 @@ def run_tune(topology=DEFAULT_PRESET, collective=C.ALL_REDUCE, sizes=None, *, b=
 
 def read_results(path) -> pd.DataFrame:
     """A results file (CSV, JSON or Parquet, as `sweep -o` writes) with every column; its metadata (embedded,
-    or the FILE.meta.json sidecar; None when absent) in ``attrs["provenance"]``. An unsupported
-    schema_version is refused with what to do."""
+    or the FILE.meta.json sidecar; None when absent) in ``attrs["provenance"]``. Every value is checked
+    as `compare` checks it (hcclsim.results.read) and an unsupported schema_version is refused with what
+    to do."""
     from pathlib import Path
 
     from .results.provenance import read_metadata, results_document
+    from .results.read import load_results
 
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"results: no such file {str(path)!r}")
+    load_results(str(p))                       # refuses a bad value, naming its place, before anything is returned
     meta = read_metadata(p)
     suffix = p.suffix.lower()
     if suffix == ".json":

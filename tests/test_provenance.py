@@ -226,3 +226,20 @@ def test_api_doc_example_runs(capsys):
     assert {"rows", "ranges", "meta", "topo"} <= set(namespace)
     assert namespace["meta"]["inputs_sha256"] == namespace["rows"].attrs["provenance"]["inputs_sha256"]
     assert "in_switch" in capsys.readouterr().out
+
+
+def test_read_results_checks_values_as_compare_does(capsys, tmp_path):
+    """A negative time read through the Python API is refused as compare refuses it (line 2, time_us), not
+    returned for a user to gate on."""
+    good = tmp_path / "good.csv"
+    assert run(capsys, *SWEEP, "-o", str(good))[0] == 0
+    lines = good.read_text().splitlines(keepends=True)
+    header = lines[0].rstrip("\n").split(",")
+    cells = lines[1].rstrip("\n").split(",")
+    cells[header.index("time_us")] = "-1"
+    bad = tmp_path / "bad.csv"
+    bad.write_text(lines[0] + ",".join(cells) + "\n" + "".join(lines[2:]))
+    shutil.copy(str(good) + ".meta.json", str(bad) + ".meta.json")
+    assert len(hcclsim.read_results(good)) == len(lines) - 1
+    with pytest.raises(ConfigError, match="line 2, column time_us: expected a finite number >= 0"):
+        hcclsim.read_results(bad)
