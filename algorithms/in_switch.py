@@ -56,7 +56,8 @@ multicast take y, not (1+1/N) y, and the pipeline of U -> D -> G -> M adds 4a; P
 P: option ``chunks``; 0 (default) picks it by ``chunking``:
 
 * ``fixed``: ceil(S / chunk_size) clamped to 1..max_chunks. Small messages get one chunk
-  (latency-optimal); large ones get max_chunks = 64.
+  (latency-optimal); large ones get max_chunks = 64. Each stage hands its chunk whole to the
+  next (the formulas above): many fine chunks stand in for a pipeline that streams.
 * ``nccl``: NCCL's NVLS steps, so that one chunk is one step of all C channels (C =
   ``[endpoint] in_switch_channels``): a channel moves one chunk c per head and step, c shrinking
   with the message as NCCL's calcCollChunking does (v2.28.9 src/enqueue.cc:2041-2055, called per
@@ -66,30 +67,32 @@ P: option ``chunks``; 0 (default) picks it by ``chunking``:
   AllGather, ReduceScatter: every rank owns a shard), the root alone (Broadcast, Reduce, which
   NCCL does not run on NVLS: the rule extrapolated). On 8 ranks and 16 channels: c = 16 K below
   8 MiB, 32 K below 64 MiB, 64 K below 1 GiB, 128 K from 1 GiB; P = 2 at 4-8 MiB, 8 at 32-64 MiB,
-  64 at 512 MiB-1 GiB.
-* ``fixed`` is the default, also on GPU presets. With ``nccl`` the steps are NCCL's, but this
-  analytic engine hands each step whole from stage to stage (U -> D -> G -> M, about 2.5 steps of
-  fill), where NCCL's reduce warps stream ld_reduce into st within a step and the packet engine
-  streams packet by packet: the engines then differ by up to ~30 % at 4-16 MiB (on dgx-h100), so
-  ``nccl`` stays an explicit choice until the analytic engine streams an in-switch chain (docs/
-  validation.md, "What does not match yet", has what it and the per-step cost give).
+  64 at 512 MiB-1 GiB. Within a step the switch streams: NCCL's multimem.ld_reduce returns the
+  reduced value as the switch reads it and multimem.st is multicast as it arrives, so a switch
+  output (D, M, a multicast) STREAM-depends on the transfers into the switch it forwards: its first
+  byte leaves once theirs are in, its last once theirs are (hcclsim/schedule/ir.py; the packet
+  engine forwards packet by packet). A rank's own re-store G still waits for its reduced chunk D
+  whole (NCCL's reduce warps pass it through registers: an extra a + chunk of fill per step chain).
+* ``auto`` (default): ``nccl`` where the endpoint sets in_switch_channels (the GPU presets),
+  ``fixed`` elsewhere, so the generic topologies keep the closed forms above.
 
 Per-step cost: NCCL's NVLS kernel runs every step as wait, copy, fence.acq_rel.sys, post
 (src/device/prims_simple.h:236-294), in series with the step's data. Every transfer a rank
 issues into the switch pays the endpoint's in_switch_step_latency o before it starts
 (hcclsim/engine/execution.py). A rank's uploads of consecutive chunks are issued back to back
 (U(q) after U(q-1) has left, plus o), and so are its multicast stores G: two chains running side
-by side, so in steady state each step pays o once, in series with its data. With o on the nvls
-AllReduce (P >= 3):
+by side, so in steady state each step pays o once, in series with its data. With NCCL's
+streamed steps, the nvls AllReduce (P >= 1; u = (1+1/N) y):
 
-  4a + P o + 2y + P (1+1/N) y + max(o + y/N, (1+1/N) y)
+  4a + (P+1) o + 2y + (P-1) u
 
-(o = 0 gives the form above; P = 1: 4a + 2o + 2 (1+1/N) y, G's o then in series with U's). The
-stages of one chunk still pass whole chunks one to the next, so the pipeline fills and drains
-over about 2.5 chunks (U(0) alone, D -> G -> M of the last chunk): with NCCL's coarse steps
-(P = 2 at 4-8 MiB) that fill is most of the time. The packet engine reduces and multicasts
-packet by packet (docs/packet.md), fills over less than a chunk, and lets a chain that waits o
-leave the link to the others: the engines differ by ~10 % at P = 16, ~20-25 % at P = 2.
+(U(P-1) leaves at o + y + (P-1)(o + u); D streams it back a later, the last store G pays o and
+y/N alone on the uplinks, the last multicast M takes y alone on the downlinks, a after the store's
+first byte). With whole chunks (``fixed``, P >= 3): 4a + P o + 2y + P u + max(o + y/N, u).
+The analytic engine shares a link among the transfers of a group for the whole group; when a
+chain waits o the packet engine hands the link to the others, so with o > 0 the packet engine is
+the faster of the two (on dgx-h100, NVLS AllReduce: within 1 % at 4-16 MiB, up to ~10 % at
+256-512 MiB, 5 % at 1 GiB); with o = 0 they agree within 3 %.
 
 The automatic P is also capped so that a schedule stays O(N) templates: P (templates per chunk
 and direction) <= 4096, i.e. P <= 4096 // (N-1) (push AllGather / ReduceScatter), 4096 // N
@@ -119,6 +122,7 @@ from hcclsim.schedule import (
     order,
     rank_of,
     rot,
+    stream,
     switch_of,
 )
 from hcclsim.schedule import collectives as C
@@ -126,7 +130,7 @@ from hcclsim.schedule.algorithm import Algorithm, Problem, auto_chunks, opt, reg
 
 TEMPLATE_BUDGET = 4096     # automatic chunks keep P x (templates per chunk and direction) under this
 MODES = ("nvls", "push")
-CHUNKINGS = ("fixed", "nccl")
+CHUNKINGS = ("auto", "fixed", "nccl")
 # NCCL_NVLS_CHUNKSIZE's default, the largest NVLS chunk (NVIDIA/nccl v2.28.9 src/transport/nvls.cc:153; below
 # the Simple step of 4 MiB / NCCL_STEPS = 512 KiB); calcCollChunking halves it to these while a channel's bytes
 # are below factor x heads x the current chunk (src/enqueue.cc:2052-2054)
@@ -142,9 +146,10 @@ class InSwitchOptions:
     chunk_size: int = opt(32 << 10, "bytes per chunk with chunking=fixed (chunks leave back to back, so finer "
                                      "chunks only shrink the pipeline fill: under ~3 % from 1 MiB)")
     max_chunks: int = opt(64, "upper bound on chunks with chunking=fixed")
-    chunking: str = opt("fixed", "chunks when chunks=0: fixed: chunk_size, up to max_chunks; nccl: NCCL's NVLS "
-                                 "steps (a chunk per step of the endpoint's in_switch_channels, shrinking with "
-                                 "the message)")
+    chunking: str = opt("auto", "chunks when chunks=0: fixed: chunk_size, up to max_chunks, each passed whole "
+                                 "from stage to stage; nccl: NCCL's NVLS steps (a chunk per step of the "
+                                 "endpoint's in_switch_channels, shrinking with the message), each streamed "
+                                 "through the switch; auto: nccl where the endpoint sets in_switch_channels")
 
     def __post_init__(self):
         if self.chunks < 0 or self.chunk_size < 1 or self.max_chunks < 1:
@@ -181,7 +186,7 @@ class InSwitch(Algorithm):
         if self.options.chunks:
             return self.options.chunks
         channels = problem.topology.endpoint.in_switch_channels
-        if self.options.chunking == "fixed" or not channels:
+        if not self._nccl_steps(problem):
             P = auto_chunks(sizing.size_bytes, self.options.chunk_size, self.options.max_chunks)
         else:
             P = nccl_steps(problem.collective, sizing.size_bytes, problem.nranks, channels)
@@ -190,14 +195,20 @@ class InSwitch(Algorithm):
         # schedule grows as P N
         return int(min(P, max(1, TEMPLATE_BUDGET // per_chunk)))
 
+    def _nccl_steps(self, problem: Problem) -> bool:
+        """Whether chunks are NCCL's steps (streamed through the switch) rather than fixed ones."""
+        chunking = self.options.chunking
+        return chunking == "nccl" or (chunking == "auto" and problem.topology.endpoint.in_switch_channels > 0)
+
     def compile(self, problem: Problem, key) -> Schedule:
         n, coll, P, root = problem.nranks, problem.collective, int(key), problem.root
         node = int(problem.topology.reduce_switch[0])
         sw = switch_of(1, n) if node == n else const(node)     # switch_of keeps the symmetric fast path
         nvls = self.options.mode == "nvls"
+        feed = stream if self._nccl_steps(problem) else _whole
         if nvls and coll == C.ALL_REDUCE:
             b = ScheduleBuilder(coll, self.label, n, (1, n), Layout(1, n * P), nnodes=problem.topology.nnodes)
-            _nvls_all_reduce(b, n, P, sw)
+            _nvls_all_reduce(b, n, P, sw, feed)
             return b.build()
         b = ScheduleBuilder(coll, self.label, n, (1, n), Layout(C.nblocks(coll, n), P),
                             nnodes=problem.topology.nnodes, root=root)
@@ -215,7 +226,7 @@ class InSwitch(Algorithm):
                 ops = _multicast(coll, n, P, root, sw, p, first)
                 chan0 = len(ups[p])
                 downs.append([b.op(group=g, chan=chan0 + x, **op,
-                                   deps=_arrived(coll, ups[p], first) + ([order(downs[-1][x])] if p else []))
+                                   deps=_arrived(coll, ups[p], first, feed) + ([order(downs[-1][x])] if p else []))
                               for x, op in enumerate(ops)])
         return b.build()
 
@@ -257,13 +268,18 @@ def _upload(coll: str, n: int, P: int, root: int, sw: Affine, p: int, first: int
     return [op | {"schunk": const(p), "kind": PUT_REDUCE}]
 
 
-def _arrived(coll: str, ups: list[int], first: int) -> list[tuple[int, int, int, int]]:
+def _whole(t: int, mode: int = DEP_SHIFT, si: int = 0, sj: int = 0) -> tuple[int, int, int, int]:
+    """A switch output waits for its chunk whole (chunking=fixed)."""
+    return (t, mode, si, sj)
+
+
+def _arrived(coll: str, ups: list[int], first: int, feed=_whole) -> list[tuple]:
     """Dependencies of multicast instance j (switch -> rank, or block j) on chunk p's uploads."""
     if coll == C.REDUCE_SCATTER:                # block j: from rank j-k in template k
-        return [(t, DEP_SHIFT, 0, -k) for k, t in enumerate(ups, start=first)]
+        return [feed(t, DEP_SHIFT, 0, -k) for k, t in enumerate(ups, start=first)]
     if coll in (C.ALL_REDUCE, C.REDUCE):        # every rank's contribution
-        return [(ups[0], DEP_ALL, 0, 0)]
-    return [(ups[0], DEP_SHIFT, 0, 0)]          # AllGather: block j came from rank j; Broadcast: the root
+        return [feed(ups[0], DEP_ALL, 0, 0)]
+    return [feed(ups[0], DEP_SHIFT, 0, 0)]      # AllGather: block j came from rank j; Broadcast: the root
 
 
 def _down(sw: Affine, dst: Affine, schunk: Affine, inst: tuple[int, int], kind: int = PUT,
@@ -285,7 +301,7 @@ def _multicast(coll: str, n: int, P: int, root: int, sw: Affine, p: int, first: 
     return [_down(sw, rot(1, root + 1, n), const(p), (1, n - 1))]      # Broadcast: every rank but the root
 
 
-def _nvls_all_reduce(b: ScheduleBuilder, n: int, P: int, sw: Affine) -> None:
+def _nvls_all_reduce(b: ScheduleBuilder, n: int, P: int, sw: Affine, feed=_whole) -> None:
     """NVLS AllReduce: chunk p of shard s is chunk s P + p; U(p) -> D(p) -> G(p) -> M(p) (module docstring).
 
     Group 2q (uplinks): U(q), G(q-1); group 2q+1 (downlinks): D(q), M(q-1). Channels: the ReduceScatter's
@@ -309,10 +325,10 @@ def _nvls_all_reduce(b: ScheduleBuilder, n: int, P: int, sw: Affine) -> None:
                           schunk=shard(p), deps=[D[p]] + ([order(G[-1])] if p else [])))
         g = b.next_group()
         if q < P:                               # reduced chunk q of shard j to rank j (ld_reduce's result)
-            arrived = [(t, DEP_SHIFT, 0, -k) for k, t in enumerate(U[q])]      # from rank j-k in template k
+            arrived = [feed(t, DEP_SHIFT, 0, -k) for k, t in enumerate(U[q])]  # from rank j-k in template k
             D.append(b.op(group=g, chan=n, **_down(sw, rank, shard(q), (1, n), dbuf=TMP),
                           deps=arrived + ([order(D[-1])] if q else [])))
         if q:                                   # shard j to rank j+k, its owner included (multimem.st)
             p = q - 1
             M.append([b.op(group=g, chan=1 + k, **_down(sw, rank_of(1, n, 0, k), shard(p), (1, n), sbuf=OUT),
-                           deps=[G[p]] + ([order(M[-1][k])] if p else [])) for k in range(n)])
+                           deps=[feed(G[p])] + ([order(M[-1][k])] if p else [])) for k in range(n)])

@@ -8,6 +8,7 @@ from hcclsim.network.topology import build_flat, build_hierarchical
 from hcclsim.schedule import collectives as C
 from hcclsim.schedule.algorithm import Problem, parse_spec
 from hcclsim.schedule.checker import check
+from hcclsim.schedule.ir import STREAM
 from hcclsim.schedule.symmetry import equivariant, link_orbits
 
 COLLS = ["all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce"]
@@ -147,12 +148,17 @@ def test_default_chunk_count_follows_the_size():
     assert key(1 << 30, push, big) == 64
 
 
+@pytest.mark.parametrize("chunking", ["fixed", "nccl"])       # nccl: STREAM dependencies
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("coll", COLLS)
-def test_symmetric_path_equals_general_path(coll, mode):
+def test_symmetric_path_equals_general_path(coll, mode, chunking):
     n = 12
     topo = nvls(n, 300e-9)
-    s = compile_for(f"in_switch:mode={mode}:chunks=3", coll, topo, root=n - 1)
+    if chunking == "nccl":
+        from hcclsim.network.params import Endpoint
+        topo = build_flat("nvls", "switch", n, BW, 300e-9, in_switch_reduce=True, endpoint=Endpoint(in_switch_channels=4))
+    s = compile_for(f"in_switch:mode={mode}:chunks=3:chunking={chunking}", coll, topo, root=n - 1)
+    assert (s.dep_kind == STREAM).any() == (chunking == "nccl")
     if coll not in ROOTED:
         assert equivariant(s) and link_orbits(topo, s.shape) is not None
     blocks = [n * 3 * 64, n * 3 * 4096]
@@ -228,7 +234,10 @@ def test_nccl_chunking_is_calccollchunking_on_16_channels_of_8_heads():
     # 24 channels (one Blackwell node): 64 MiB / 24 = 2.67 M per channel, below 8 x 8 x 64 K: 32 K chunks,
     # ceil(64 MiB / (24 x 8 x 32 K)) = 11 steps
     assert steps("all_reduce", 64 * MIB, gpu_like(channels=24)) == 11
-    assert steps("all_reduce", GIB, topo, "in_switch") == 64                  # the default: fixed
+    # the default (auto) is nccl where the endpoint sets in_switch_channels: 1 MiB / 16 = 64 K per channel, below
+    # 2 x 8 x 32 K, 16 K chunks, ceil(1 MiB / (16 x 8 x 16 K)) = 1 step; fixed: 1 MiB / 32 K = 32 chunks
+    assert steps("all_reduce", MIB, topo, "in_switch") == 1
+    assert steps("all_reduce", MIB, topo, "in_switch:chunking=fixed") == 32
     assert steps("all_reduce", GIB, topo, "in_switch:chunks=5") == 5
 
 
@@ -237,7 +246,7 @@ def test_generic_topologies_keep_fixed_chunks_and_refuse_nccl_chunking():
     assert steps("all_reduce", GIB, generic, "in_switch") == 64 and steps("all_reduce", MIB, generic, "in_switch") == 32
     why = parse_spec("in_switch:chunking=nccl").unsupported(Problem("all_reduce", generic))
     assert why == "chunking=nccl needs the endpoint's NVLS channel count ([endpoint] in_switch_channels)"
-    with pytest.raises(ConfigError, match="chunking must be one of fixed, nccl"):
+    with pytest.raises(ConfigError, match="chunking must be one of auto, fixed, nccl"):
         parse_spec("in_switch:chunking=ncc")
 
 
@@ -250,32 +259,49 @@ def test_nccl_steps_compute_the_collective(coll):
             check(s, count)
 
 
-def timed(coll, size, topo, engine="analytic"):
+def timed(coll, size, topo, engine="analytic", spec="in_switch:chunking=nccl"):
     from hcclsim.sweeping.sweep import sweep
-    rows = sweep(topo, [coll], "in_switch:chunking=nccl", [size], engine=engine, launch="device").rows
+    rows = sweep(topo, [coll], spec, [size], engine=engine, launch="device").rows
     return dict(zip(rows.engine, rows.time_us * 1e-6))
 
 
 def test_each_nvls_step_pays_the_step_latency_once_in_series_with_its_data():
     """AllReduce, one channel, 8 MiB: 64 K chunks (8 MiB is not below 8 x 8 x 64 K), P = 16; y = S/(P B),
-    u = (1 + 1/N) y; the uploads and the multicast stores are two chains of P steps, each paying o before
-    it starts: fixed + 4a + P o + 2y + P u + max(o + y/N, u) (module docstring). Without the per-step cost
-    the generic closed form holds."""
+    u = (1 + 1/N) y. The uploads U and the multicast stores G are two chains of P steps, each paying o
+    before it starts; with NCCL's steps the switch streams what comes in (D as U arrives, M as G does), so a
+    rank's reduced chunk is back a after its upload and its store follows (module docstring):
+    U(P-1) leaves at o + y + (P-1)(o + u), the last store at + 2a + o + y/N, the last multicast (alone on
+    the downlinks, y) a after its first byte: fixed + 4a + (P+1) o + 2y + (P-1) u. With whole chunks
+    (chunking=fixed:chunks=16) each stage waits for the previous one's chunk: fixed + 4a + P o + 2y + P u
+    + max(o + y/N, u), and without the per-step cost the generic closed form."""
     size, P, n, o, fixed = 8 * MIB, 16, 8, 2e-6, 10e-6
     y = size / P / BW
     u = (1 + 1 / n) * y
     t = timed("all_reduce", size, gpu_like(step=o, fixed=fixed))["analytic"]
+    assert t == pytest.approx(fixed + 4 * LAT + (P + 1) * o + 2 * y + (P - 1) * u, rel=1e-9)
+    whole = "in_switch:chunking=fixed:chunks=16"
+    t = timed("all_reduce", size, gpu_like(step=o, fixed=fixed), spec=whole)["analytic"]
     assert t == pytest.approx(fixed + 4 * LAT + P * o + 2 * y + P * u + max(o + y / n, u), rel=1e-9)
-    free = timed("all_reduce", size, gpu_like(step=0.0, fixed=fixed))["analytic"]
+    free = timed("all_reduce", size, gpu_like(step=0.0, fixed=fixed), spec=whole)["analytic"]
     assert free == pytest.approx(fixed + closed_form("all_reduce", n, size, P, "nvls"), rel=1e-9)
 
 
 @pytest.mark.parametrize("coll", ["broadcast", "reduce"])
 def test_engines_agree_on_the_per_step_cost(coll):
-    """The root's uploads are one chain: P = 8 MiB / (1 x 64 K) = 128 steps of o + y, the last multicast y
-    after them: fixed + 2a + P (o + y) + y; the packet engine multicasts packet by packet, within 3 %."""
+    """The root's uploads are one chain: P = 8 MiB / (1 x 64 K) = 128 steps of o + y; the switch streams
+    each chunk on as it arrives, so the last multicast ends 2a after the last upload has left:
+    fixed + 2a + P (o + y); the packet engine multicasts packet by packet, within 3 %."""
     size, P, o, fixed = 8 * MIB, 128, 2e-6, 10e-6
     y = size / P / BW
     t = timed(coll, size, gpu_like(step=o, fixed=fixed), "analytic,packet")
-    assert t["analytic"] == pytest.approx(fixed + 2 * LAT + P * (o + y) + y, rel=1e-9)
+    assert t["analytic"] == pytest.approx(fixed + 2 * LAT + P * (o + y), rel=1e-9)
     assert t["packet"] == pytest.approx(t["analytic"], rel=0.03)
+
+
+@pytest.mark.parametrize("coll", COLLS)
+@pytest.mark.parametrize("size", [4 * MIB, 64 * MIB])
+def test_engines_agree_on_nccl_steps(coll, size):
+    """With NCCL's steps streamed through the switch (P = 2 and 8 on 16 channels) the analytic engine is the
+    packet engine's fluid limit: within 3 % without a per-step cost (before streaming, 20-30 % apart)."""
+    t = timed(coll, size, gpu_like(channels=16, step=0.0), "analytic,packet")
+    assert t["analytic"] == pytest.approx(t["packet"], rel=0.03)

@@ -10,6 +10,12 @@ link (the link's bandwidth is divided among concurrent transfers). The
 collective's time is the latest finish. With one transfer per link per group
 this is exactly the alpha-beta model (alpha = path latency).
 
+A STREAM dependency (a switch forwarding what comes in) streams instead: the
+transfer's first byte leaves once the dependency's first byte has arrived, and
+its last byte no earlier than the dependency's last byte has arrived, so it
+leaves at max(first-in + bytes / rate, last-in): the fluid form of the packet
+engine's in-switch jobs, without their one packet of serialisation.
+
 All sizes of a sweep are one array axis: the schedule is walked once and every
 instance carries a vector of finish times, one per size.
 """
@@ -37,6 +43,7 @@ from ..schedule.ir import (
     F_SRC,
     ORDER,
     PUT_REDUCE,
+    STREAM,
     Schedule,
 )
 from ..schedule.symmetry import equivariant, link_orbits
@@ -108,7 +115,8 @@ def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, dep_kind, gr
 
     prefix[s, c]: bytes before chunk c at size s. pool rows of template t start at offset[t]:
     one row per instance, then (if summarize[t]) per-i maxima, per-j maxima and the overall max.
-    A row holds 2*S times: when the transfer arrived (S sizes), then when it left its source.
+    A row holds 3*S times: when the transfer arrived (S sizes), when it left its source, when its first
+    byte arrived.
     Endpoint costs: overhead before the first byte of every transfer a rank issues (a switch's
     multicast has no engine); a reduction into a rank runs
     at most at red_bw shared by that rank's reductions of the group (0: free); with release (one time per rank, or empty) a rank's transfers start no
@@ -119,14 +127,15 @@ def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, dep_kind, gr
         np.random.seed(seed)
     red_cnt = np.zeros(nranks if red_bw > 0 else 0, np.int64)
     S = prefix.shape[0]
-    S2 = 2 * S
+    S3 = 3 * S
     nlinks = len(link_bw)
-    pool = np.zeros(pool_rows * S2)
+    pool = np.zeros(pool_rows * S3)
     gmax = np.zeros(S)
     cnt = np.zeros(nlinks, np.int64)
     touched = np.empty(nlinks, np.int64)
     links = np.empty(max_hops, np.int64)
     start = np.empty(S)
+    last_in = np.empty(S)
     link_bytes = np.zeros((nlinks if want_links else 0, S))
     for g in range(len(group_ptr) - 1):
         t0, t1 = group_ptr[g], group_ptr[g + 1]
@@ -154,6 +163,7 @@ def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, dep_kind, gr
                 for j in range(nl):
                     for s in range(S):
                         start[s] = 0.0
+                        last_in[s] = 0.0
                     for e in range(dep_ptr[t], dep_ptr[t + 1]):
                         u = dep_t[e]
                         ud, ul = tmpl[u, F_ID], tmpl[u, F_IL]
@@ -167,10 +177,15 @@ def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, dep_kind, gr
                             r = offset[u] + ud * ul + ud + tj
                         else:
                             r = offset[u] + ud * ul + ud + ul
-                        base = r * S2 + (S if dep_kind[e] == ORDER else 0)
-                        for s in range(S):
-                            v = pool[base + s]
-                            start[s] = max(start[s], v)
+                        kind = dep_kind[e]
+                        if kind == STREAM:
+                            for s in range(S):
+                                start[s] = max(start[s], pool[r * S3 + 2 * S + s])
+                                last_in[s] = max(last_in[s], pool[r * S3 + s])
+                        else:
+                            base = r * S3 + (S if kind == ORDER else 0)
+                            for s in range(S):
+                                start[s] = max(start[s], pool[base + s])
                     src, dst = _aff(row, F_SRC, F_C3, i, j), _aff(row, F_DST, F_C3 + 1, i, j)
                     h = route_kernel(params, src, dst, links)
                     lat = 0.0
@@ -191,13 +206,15 @@ def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, dep_kind, gr
                         if len(release):
                             ready = release[src]
                     c = _aff(row, F_SCH, F_C3 + 2, i, j)
-                    base = (offset[t] + i * nl + j) * S2
+                    base = (offset[t] + i * nl + j) * S3
                     for s in range(S):
                         nb = nrun * (prefix[s, c + nch] - prefix[s, c])
-                        left = max(start[s], ready) + delay + nb * inv
+                        first = max(start[s], ready) + delay
+                        left = max(first + nb * inv, last_in[s])
                         f = left + lat
                         pool[base + s] = f
                         pool[base + S + s] = left
+                        pool[base + 2 * S + s] = first + lat
                         gmax[s] = max(gmax[s], f)
                         if want_links:
                             for k in range(h):
@@ -206,10 +223,10 @@ def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, dep_kind, gr
                 b0 = offset[t] + ninst
                 for i in range(nd):
                     for j in range(nl):
-                        src = (offset[t] + i * nl + j) * S2
-                        for s in range(S2):
+                        src = (offset[t] + i * nl + j) * S3
+                        for s in range(S3):
                             v = pool[src + s]
-                            ri, ci, ai = (b0 + i) * S2 + s, (b0 + nd + j) * S2 + s, (b0 + nd + nl) * S2 + s
+                            ri, ci, ai = (b0 + i) * S3 + s, (b0 + nd + j) * S3 + s, (b0 + nd + nl) * S3 + s
                             pool[ri] = max(pool[ri], v)
                             pool[ci] = max(pool[ci], v)
                             pool[ai] = max(pool[ai], v)
@@ -234,6 +251,7 @@ def symmetric_kernel(tmpl, dep_ptr, dep_t, dep_kind, group_ptr, params, link_bw,
     norb = len(orbit_size)
     fin = np.zeros((T, S))
     left = np.zeros((T, S))
+    first = np.zeros((T, S))
     gmax = np.zeros(S)
     hops = np.zeros(norb)
     links = np.empty(max_hops, np.int64)
@@ -263,10 +281,17 @@ def symmetric_kernel(tmpl, dep_ptr, dep_t, dep_kind, group_ptr, params, link_bw,
                 inv = max(inv, red / nranks / red_bw)
             for s in range(S):
                 start = 0.0
+                last_in = 0.0
                 for e in range(dep_ptr[t], dep_ptr[t + 1]):
-                    v = left[dep_t[e], s] if dep_kind[e] == ORDER else fin[dep_t[e], s]
-                    start = max(start, v)
-                left[t, s] = start + (overhead if src < nranks else 0.0) + nbytes[t, s] * inv
+                    u, kind = dep_t[e], dep_kind[e]
+                    if kind == STREAM:
+                        start = max(start, first[u, s])
+                        last_in = max(last_in, fin[u, s])
+                    else:
+                        start = max(start, left[u, s] if kind == ORDER else fin[u, s])
+                start += overhead if src < nranks else 0.0
+                left[t, s] = max(start + nbytes[t, s] * inv, last_in)
+                first[t, s] = start + lat
                 f = left[t, s] + lat
                 fin[t, s] = f
                 gmax[s] = max(gmax[s], f)

@@ -25,7 +25,6 @@ from ..core.jit import njit
 from ..network.topology import Topology, route_kernel
 from ..schedule.expand import expand
 from ..schedule.ir import (
-    DATA,
     DEP_COL,
     DEP_ROW,
     DEP_SHIFT,
@@ -353,7 +352,8 @@ def prepare(schedule: Schedule, topo: Topology, block_elems: int, dtype_size: in
     xt[:, K.X_REDUCE] = s.tmpl[t, F_KIND] == PUT_REDUCE
     xt[:, K.X_RANKSRC] = src < n
     consumer = np.repeat(np.arange(len(src)), np.diff(dptr))
-    child_ptr, child_idx = _csr(didx[ex["dkind"] == DATA], consumer[ex["dkind"] == DATA], len(src))
+    data = ex["dkind"] != ORDER             # DATA and STREAM: a switch output streams anyway (_jobs)
+    child_ptr, child_idx = _csr(didx[data], consumer[data], len(src))
     order_ptr, order_idx = _csr(didx[ex["dkind"] == ORDER], consumer[ex["dkind"] == ORDER], len(src))
     # links and switches
     tiers = topo.tiers

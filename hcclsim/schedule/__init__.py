@@ -18,6 +18,7 @@ from .ir import (
     OUT,
     PUT,
     PUT_REDUCE,
+    STREAM,
     TMP,
     Affine,
     Layout,
@@ -27,9 +28,10 @@ from .ir import (
     order,
     rank_of,
     rot,
+    stream,
     switch_of,
 )
 
 __all__ = ["DATA", "DEP_ALL", "DEP_COL", "DEP_ROW", "DEP_SHIFT", "IN", "KIND_NAMES", "ORDER", "OUT", "PUT",
-           "PUT_REDUCE", "TMP", "Affine", "Layout", "Schedule", "ScheduleBuilder", "const", "order", "rank_of",
-           "rot", "switch_of"]
+           "PUT_REDUCE", "STREAM", "TMP", "Affine", "Layout", "Schedule", "ScheduleBuilder", "const", "order", "rank_of",
+           "rot", "stream", "switch_of"]

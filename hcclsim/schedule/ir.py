@@ -23,10 +23,13 @@ reduction table). Runs of a strided transfer must line up with blocks
 
 Timing semantics (shared by the engines): a transfer starts when each DATA
 dependency has arrived and each ORDER dependency has left its source (its last
-byte is on the wire: a channel issuing transfers back to back); ``group``
+byte is on the wire: a channel issuing transfers back to back); a STREAM
+dependency (a switch's output fed by the transfers into it) lets the transfer
+start once the dependency's first byte has arrived and finish no earlier than
+its last byte has (cut-through: what comes in goes out, byte by byte); ``group``
 numbers the sets of transfers that run at the same time (they share the links
 they have in common); every dependency points to an earlier group. ``chan`` is
-the issuing channel / message engine. The checker treats both kinds as
+the issuing channel / message engine. The checker treats every kind as
 happens-before.
 """
 
@@ -46,8 +49,10 @@ IN, OUT, TMP = 0, 1, 2
 # dependency modes: which instances of the template depended on
 DEP_SHIFT, DEP_ROW, DEP_COL, DEP_ALL = 0, 1, 2, 3
 # dependency kinds: wait for the data to have arrived, or only for the transfer to have left
-# (issue order on one channel: the next transfer's first byte follows the previous one's last)
-DATA, ORDER = 0, 1
+# (issue order on one channel: the next transfer's first byte follows the previous one's last), or stream
+# through (a switch forwarding what arrives: the packet engine does so for every switch output, its in-switch
+# jobs; the analytic engine where a schedule says STREAM)
+DATA, ORDER, STREAM = 0, 1, 2
 
 # template fields (columns of Schedule.tmpl)
 F_KIND, F_GROUP, F_CHAN, F_ID, F_IL, F_SBUF, F_DBUF, F_N, F_NRUN, F_RSTRIDE = range(10)
@@ -95,6 +100,11 @@ def switch_of(D: int, nranks: int, di: int = 0) -> Affine:
 def order(t: int, mode: int = DEP_SHIFT, si: int = 0, sj: int = 0) -> tuple[int, int, int, int, int]:
     """An ORDER dependency: start once that transfer has left (same channel, back to back)."""
     return (t, mode, si, sj, ORDER)
+
+
+def stream(t: int, mode: int = DEP_SHIFT, si: int = 0, sj: int = 0) -> tuple[int, int, int, int, int]:
+    """A STREAM dependency: a switch sends on what that transfer brings in as it arrives (cut-through)."""
+    return (t, mode, si, sj, STREAM)
 
 
 def rot(j_coef: int, offset: int, mod: int, weight: int = 1, base: int = 0,
@@ -147,7 +157,7 @@ class Schedule:
     dep_mode: np.ndarray         # int64[E] DEP_*
     dep_si: np.ndarray           # int64[E] instance shift (i)
     dep_sj: np.ndarray           # int64[E] instance shift (j)
-    dep_kind: np.ndarray         # int64[E] DATA or ORDER
+    dep_kind: np.ndarray         # int64[E] DATA, ORDER or STREAM
     group_ptr: np.ndarray        # int64[G + 1]: templates of group g are group_ptr[g]:group_ptr[g+1]
     notes: dict = field(default_factory=dict, compare=False)
 
