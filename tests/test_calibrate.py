@@ -11,6 +11,7 @@ from helpers import run_cli as run
 
 from hcclsim.network.config import load_topology
 from hcclsim.results.nccltests import collective_of, read
+from hcclsim.schedule import collectives as C
 from hcclsim.sweeping.sweep import sweep
 
 DATA = Path(__file__).parent / "data"
@@ -42,10 +43,12 @@ def nccl_tests_text(times, program="all_reduce_perf", nranks=8, dtype="float"):
               "   busbw #wrong"),
               ("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)"
               "  (GB/s)       ")]
+    factor = C.busbw_factor(collective_of(program), nranks)
     for s, t in times:
-        algbw = s / t / 1e3
-        lines.append(f"{s:12d}  {s // 4:12d}  {dtype:>8s}     sum      -1  {t:7.2f}  {algbw:6.2f}  "
-                     f"{algbw * 1.75:6.2f}      0  {t * 0.99:7.2f}  {algbw:6.2f}  {algbw * 1.75:6.2f}      0")
+        t, t_in = round(t, 2), round(t * 0.99, 2)           # algbw and busbw from the printed times
+        a, a_in = s / t / 1e3, s / t_in / 1e3
+        lines.append(f"{s:12d}  {s // 4:12d}  {dtype:>8s}     sum      -1  {t:7.2f}  {a:6.2f}  "
+                     f"{a * factor:6.2f}      0  {t_in:7.2f}  {a_in:6.2f}  {a_in * factor:6.2f}      0")
     lines += ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : 12.3 ", "#",
               f"# Collective test concluded: {program}"]
     return "\n".join(lines) + "\n"
@@ -82,10 +85,11 @@ def test_parses_nccl_tests_json_report(tmp_path):
            "results": [{"size": 0, "count": 0, "type": "bfloat16", "redop": "sum", "root": "    -1",
                         "out_of_place": {"time": 1.0, "alg_bw": 0, "bus_bw": 0, "nwrong": 0}},
                        {"size": 64, "count": 32, "type": "bfloat16", "redop": "sum", "root": "    -1",
-                        "out_of_place": {"time": 20.5, "alg_bw": 0, "bus_bw": 0, "nwrong": 0},
-                        "in_place": {"time": 19.0, "alg_bw": 0, "bus_bw": 0, "nwrong": 0}},
+                        "out_of_place": {"time": 20.5, "alg_bw": 0.003122, "bus_bw": 0.002341, "nwrong": 0},
+                        "in_place": {"time": 19.0, "alg_bw": 0.003368, "bus_bw": 0.002526, "nwrong": 0}},
                        {"size": 128, "count": 64, "type": "bfloat16", "redop": "sum", "root": "    -1",
-                        "out_of_place": None, "in_place": {"time": 19.0}}]}
+                        "out_of_place": None, "in_place": {"time": 19.0, "alg_bw": 0.006737, "bus_bw": 0.005053,
+                                                           "nwrong": 0}}]}
     p = tmp_path / "out.json"
     p.write_text(json.dumps(doc))
     m = read(str(p))
@@ -131,7 +135,8 @@ def test_recovers_a_known_alpha_beta_model(capsys, tmp_path, fmt):
         p = tmp_path / "measured.json"
         p.write_text(json.dumps({"version": 1, "args": ["all_reduce_perf"], "results": [
             {"size": s, "count": s // 4, "type": "float", "redop": "sum", "root": "-1",
-             "out_of_place": {"time": t, "alg_bw": 0, "bus_bw": 0, "nwrong": 0}} for s, t in times]}))
+             "out_of_place": {"time": t, "alg_bw": s / t / 1e3, "bus_bw": s / t / 1e3 * 1.75, "nwrong": 0}}
+            for s, t in times]}))
     else:
         p = tmp_path / "measured.json"
         p.write_text(json.dumps([{"size": s, "time_us": t} for s, t in times]))
@@ -186,7 +191,7 @@ def test_missing_file_exits_2(capsys, tmp_path):
 def test_no_data_rows_exits_2(capsys, tmp_path):
     p = tmp_path / "all_reduce.txt"
     p.write_text("# nccl-tests version 2.17.6\n#\n# Out of bounds values : 0 OK\n")
-    assert_one_line_error(*run(capsys, "calibrate", p, "-t", "switch8", "-o", tmp_path / "c.toml"), "no data rows")
+    assert_one_line_error(*run(capsys, "calibrate", p, "-t", "switch8", "-o", tmp_path / "c.toml"), "no nccl-tests table")
 
 
 def test_collective_mismatch_exits_2(capsys, tmp_path):
@@ -198,7 +203,7 @@ def test_unknown_collective_in_file_exits_2(capsys, tmp_path):
     p = tmp_path / "x.txt"
     p.write_text(nccl_tests_text([(1024, 10.0)], "sendrecv_perf"))
     assert_one_line_error(*run(capsys, "calibrate", p, "-t", "switch8", "-o", tmp_path / "c.toml"),
-                          "unknown collective 'sendrecv'")
+                          "sendrecv is point-to-point or not modelled")
     p.write_text("\n".join(nccl_tests_text([(1024, 10.0)]).splitlines()[3:]))   # no program line, no name
     assert_one_line_error(*run(capsys, "calibrate", p, "-t", "switch8", "-o", tmp_path / "c.toml"), "pass -c")
     assert_one_line_error(*run(capsys, "calibrate", SAMPLE, "-t", "switch8", "-c", "gather", "-o",

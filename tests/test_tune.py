@@ -19,7 +19,7 @@ from hcclsim.sweeping.best import best_per_size
 from hcclsim.sweeping.sweep import COLUMNS, LIBRARY, size_grid, sweep
 
 TUNE_HEADER = ("collective,min_size_bytes,max_size_bytes,algorithm,protocol,runner_up,margin,points,topology,ranks,"
-               "engine,dtype")
+               "engine,dtype,library_algorithm,library_protocol,library_loss")
 GIB = 1 << 30
 LATENCY_OPTIMAL = {"direct_oneshot", "in_switch", "halving_doubling"}
 
@@ -208,30 +208,35 @@ def test_bad_output_fails_before_the_sweep(capsys, monkeypatch):
 def test_dgx_h100_tunes_an_ll_ring_small_and_nvls_large_as_nccls_model_does():
     """NCCL 2.28.9's own cost model on a DGX-H100 picks Ring/LL up to 1,144,836 B and NVLS/Simple beyond
     (its ncclTopoGetAlgoTime over the search result: Ring/LL 15.0 us + S/80.6 GB/s against NVLS 25 us +
-    S/272 GB/s, validation/nccl_model). The simulated fastest keeps LL under the crossover and Simple over
-    it; NVLS's per-step cost (2 steps at 4 MiB) moves its crossover above NCCL's, between 2 and 3 MiB
-    (the measured ring and NVLS runs are within 2 % of each other at 2-4 MiB: validation/h100-8gpu.csv)."""
+    S/272 GB/s, hcclsim/sweeping/library.py). The preset's selection ("library") crosses over there: above
+    1 MiB, below 2 MiB, with LL under it and Simple over it; tune shows it beside the simulated fastest."""
     topo = load_topology("dgx-h100")
-    sizes = [8, 1 << 10, 64 << 10, 1 << 20, 2 << 20, 3 << 20, 64 << 20, GIB]
+    sizes = [8, 1 << 10, 64 << 10, 1 << 20, 2 << 20, 64 << 20, GIB]
     auto = sweep(topo, ["all_reduce"], "auto", sizes).rows.set_index("size_bytes")
-    assert auto.chosen.tolist() == ["ring"] * 5 + ["in_switch"] * 3
-    assert auto.protocol.tolist() == ["ll"] * 5 + ["simple"] * 3
-    ranges = size_ranges(sweep(topo, ["all_reduce"], LIBRARY, sizes).rows)          # what `tune` prints
-    assert list(zip(ranges.algorithm, ranges.protocol)) == [("ring", "ll"), ("in_switch", "simple")]
-    assert (ranges.max_size_bytes.iloc[0], ranges.min_size_bytes.iloc[1]) == (2 << 20, 3 << 20)
+    assert auto.chosen.tolist() == ["ring"] * 4 + ["in_switch"] * 3
+    assert auto.protocol.tolist() == ["ll"] * 4 + ["simple"] * 3
+    assert auto.chosen_by.str.startswith("library (NCCL 2.28.9").all()       # the preset's selection
+    ranges = size_ranges(pd.concat([sweep(topo, ["all_reduce"], LIBRARY, sizes).rows, auto.reset_index()]))
+    lib = ranges.library_algorithm + "/" + ranges.library_protocol
+    assert list(dict.fromkeys(lib)) == ["ring/ll", "in_switch/simple"]
+    assert ranges[lib == "ring/ll"].max_size_bytes.max() == 1 << 20
+    assert ranges[lib == "in_switch/simple"].min_size_bytes.min() == 2 << 20
+    # the simulated fastest (what `tune` prints beside it): an LL ring small, NVLS large
+    assert (ranges.algorithm.iloc[0], ranges.protocol.iloc[0]) == ("ring", "ll")
+    assert (ranges.algorithm.iloc[-1], ranges.protocol.iloc[-1]) == ("in_switch", "simple")
 
 
 # ------------------------------------------------------------------------------------- sweep -a auto
 
 @pytest.mark.parametrize("preset", ["dgx-h100", "two-tier-128", "switch8"])
 def test_auto_picks_what_tune_picks(preset):
-    topo = load_topology(preset)
+    topo = load_topology(preset, ["endpoint.selection=fastest"])     # dgx-h100's library rule: test_selection.py
     colls = list(COLLECTIVES)
     sizes = size_grid(8, GIB, 4)
     full = sweep(topo, colls, LIBRARY, sizes).rows        # what the preset's library offers (all: generic)
     ranges = size_ranges(full)
     auto = sweep(topo, colls, "auto", sizes).rows
-    assert list(auto.columns) == COLUMNS + ["chosen"] and set(auto.algorithm) == {"auto"}
+    assert list(auto.columns) == COLUMNS + ["chosen", "chosen_by"] and set(auto.algorithm) == {"auto"}
     assert len(auto) == len(sizes) * len(colls)
     for row in auto.itertuples(index=False):
         r = ranges[(ranges.collective == row.collective) & (ranges.min_size_bytes <= row.size_bytes)
@@ -249,7 +254,8 @@ def test_auto_next_to_listed_algorithms_is_a_tidy_table(capsys):
                            "--format", "csv")
     assert (status, err) == (0, "")
     rows = pd.read_csv(io.StringIO(out))
-    assert list(rows.columns) == COLUMNS + ["chosen"]
+    assert list(rows.columns) == COLUMNS + ["chosen", "chosen_by"]
+    assert rows.chosen_by.tolist() == ["listed"] * 3 + ["fastest"] * 3
     assert rows.algorithm.tolist() == ["ring"] * 3 + ["auto"] * 3     # auto rows last in each collective
     # the algorithm that ran the row: direct_oneshot, 2a + (N-1)S/B, beats NVLS's 4a below 4 KiB
     assert rows.chosen.tolist() == ["ring"] * 3 + ["direct_oneshot"] * 3
@@ -284,7 +290,7 @@ def test_docs_cover_tune_and_auto():
     for param in tune_module.tune_cmd.params:
         for flag in param.opts:
             assert f"`{flag}" in text, flag
-    for column in TUNE_COLUMNS + ["chosen"]:
+    for column in TUNE_COLUMNS + ["chosen", "chosen_by"]:
         assert f"| `{column}` |" in text, column
     assert TUNE_HEADER in text
 

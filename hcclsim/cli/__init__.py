@@ -17,6 +17,7 @@ from ..core.errors import HcclSimError
 from ..core.version import __version__
 from .calibrate import calibrate_cmd
 from .compare import compare_cmd
+from .import_ import import_cmd
 from .listing import algorithms_cmd, topologies_cmd
 from .plot import plot_cmd
 from .run import run_cmd
@@ -46,6 +47,7 @@ cli.add_command(compare_cmd)
 cli.add_command(plot_cmd)
 cli.add_command(run_cmd)
 cli.add_command(validate_cmd)
+cli.add_command(import_cmd)
 
 
 def _fail(message: str, status: int) -> int:

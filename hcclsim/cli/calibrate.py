@@ -53,7 +53,7 @@ def calibrate_cmd(measured, topology, collective, algorithm, tier, dtype, output
         raise ConfigError(f"--algorithm: expected one algorithm (the one the measurement ran), got {algorithm!r}")
     name, label, doc = resolve(topology)
     topo = build(doc, name, label)
-    m = read(measured)
+    m = read(measured, collective and C.canonical(collective))
     if collective is not None:
         collective = C.canonical(collective)
         if m.collective is not None and m.collective != collective:

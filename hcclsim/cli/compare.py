@@ -11,6 +11,8 @@ from rich.table import Table
 
 from ..analysis import gate
 from ..core.errors import ConfigError
+from ..results.nccltests import align
+from ..results.read import load_results
 from ..results.safefile import replace_text
 
 FORMATS = ("table", "markdown")
@@ -32,7 +34,10 @@ FORMATS = ("table", "markdown")
 def compare_cmd(baseline, current, tolerance, fail_on, strict, fmt, junit_file):
     """Compare two results files (from `sweep -o`: .csv, .json or .parquet) and gate on regressions.
 
-    Rows are matched on collective, algorithm, topology, ranks, engine, size_bytes and dtype.
+    Rows are matched on collective, algorithm, topology, ranks, engine, size_bytes and dtype. Either
+    file may be a measurement: an nccl-tests log (any other suffix, or its -J JSON) or `hccl-bench
+    import` output; its out-of-place rows are then matched with the simulation's one algorithm,
+    topology and engine on collective, ranks, size_bytes and dtype.
     Exit status: 0 nothing regressed beyond the limits, 1 something did, 2 bad input
     (missing file, unknown format, no common rows, missing columns, a value that is not what its
     column holds: a negative or infinite time, ranks 8.7, an empty key; the file, line and column named).
@@ -44,7 +49,8 @@ def compare_cmd(baseline, current, tolerance, fail_on, strict, fmt, junit_file):
       hccl-bench compare base.csv cur.csv --format markdown --junit gate.xml
     """
     limits = gate.limits_from(gate.parse_tolerance(tolerance), fail_on)
-    result = gate.compare_files(baseline, current, limits, strict)
+    measured = align(load_results(baseline, "BASELINE"), load_results(current, "CURRENT"))
+    result = gate.compare(*measured, limits, strict)
     if junit_file:
         try:
             replace_text(junit_file, gate.to_junit(result))

@@ -20,6 +20,8 @@ from ..results import plot as P
 def plot_cmd(files, output, metric, by, collective):
     """Plot results files (from `sweep -o`: .csv, .json or .parquet) against message size.
 
+    A FILE may also be an nccl-tests log (or `hccl-bench import` output): its out-of-place rows are drawn.
+
     Sizes on a log2 axis, one panel per collective, one line per algorithm (or per file with
     --by file), the topology in the title. Needs the `plot` extra: pip install 'hccl-bench[plot]'.
 

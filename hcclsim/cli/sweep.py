@@ -10,6 +10,7 @@ from ..core.errors import ConfigError
 from ..core.units import parse_time
 from ..engine.execution import Noise
 from ..network.config import load_topology
+from ..results.nccltests_format import to_nccl_tests
 from ..results.provenance import metadata
 from ..results.report import FORMATS, output_format, render_table, to_csv, to_json
 from ..results.safefile import OutputLock
@@ -48,8 +49,9 @@ from ._options import grid_options, max_memory_option, with_protocol
 @click.option("--jitter", default="0", show_default=True, metavar="TIME",
               help="Mean of an exponential delay before every transfer (e.g. 500ns), per iteration.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the skew and jitter draws.")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
-              help="What to print on stdout.")
+@click.option("--format", "fmt", type=click.Choice([*FORMATS, "nccl-tests"]), default="table", show_default=True,
+              help="What to print on stdout; nccl-tests: nccl-tests' own text layout, one block per algorithm "
+                   "(docs/nccl.md).")
 @click.option("-o", "--output", metavar="FILE", help="Also write the rows to FILE (.csv, .json or .parquet), "
               "as they finish (JSON and Parquet: to FILE.partial.csv until the end).")
 @click.option("--resume", is_flag=True,
@@ -74,6 +76,7 @@ def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, fa
       hccl-bench sweep
       hccl-bench sweep -c all_gather -a ring,direct -t two-tier-128 -b 1K -e 1G -f 2
       hccl-bench sweep -t my_fabric.toml --set latency=1us --format csv > out.csv
+      hccl-bench sweep -t dgx-h100 -a ring,in_switch -b 8 -e 1G -f 2 --format nccl-tests > sim.log
       hccl-bench sweep -t mtia300-rack --launch device --iters 100 --skew 2us --jitter 500ns --seed 1
     """
     if output is not None:
@@ -107,5 +110,7 @@ def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, fa
         sys.stdout.write(to_csv(result.rows))
     elif fmt == "json":
         sys.stdout.write(to_json(result.rows, meta))
+    elif fmt == "nccl-tests":
+        sys.stdout.write(to_nccl_tests(result.rows, topo.local, minbytes, maxbytes, factor, iters))
     else:
         render_table(result.rows)

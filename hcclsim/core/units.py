@@ -139,7 +139,8 @@ DTYPE_SIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int8": 1
               "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "float8_e4m3": 1, "float8_e5m2": 1}
 DTYPE_ALIAS = {"float": "float32", "half": "float16", "double": "float64", "bf16": "bfloat16",
                "fp32": "float32", "fp16": "float16", "fp64": "float64", "int": "int32",
-               "fp8": "float8_e4m3", "char": "int8"}
+               "fp8": "float8_e4m3", "char": "int8",
+               "f8e4m3": "float8_e4m3", "f8e5m2": "float8_e5m2"}      # nccl-tests' names (src/common.cu)
 
 
 def parse_dtype(name: str, where: str = "--dtype") -> str:

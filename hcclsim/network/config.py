@@ -21,6 +21,7 @@ from .params import (
     HIDEABLE,
     PROTOCOL_DEFAULTS,
     PROTOCOLS,
+    SELECTIONS,
     SWITCHING,
     WIRE_PROTOCOLS,
     Endpoint,
@@ -34,7 +35,7 @@ ENDPOINT_KEYS = {"message_engines", "issue_overhead", "reduction_bandwidth", "la
                  "metadata_copy", "subgraph_schedule", "hidden", "execution", "sm_share", "sm_reduction_bandwidth",
                  "protocol", "channels", "algorithms", "in_switch_latency", "in_switch_efficiency",
                  "in_switch_channels", "in_switch_step_latency", "peak_flops", "gemm_efficiency",
-                 "memory_bandwidth", *WIRE_PROTOCOLS}
+                 "memory_bandwidth", "selection", "compute_capability", *WIRE_PROTOCOLS}
 PROTOCOL_KEYS = {"share", "step_latency", "net_step_latency", "base_latency", "bandwidth_cap", "channel_bandwidth", "channel_bytes"}
 FLAT_KEYS = {"description", "kind", "ranks", "bandwidth", "latency", "in_switch_reduce", "dims"} | PACKET_KEYS
 HIER_KEYS = {"description", "kind", "scale_up", "scale_out"}
@@ -333,6 +334,8 @@ def _endpoint(doc: dict, label: str, overridden: set[str]) -> Endpoint:
         protocol=table.get("protocol", _choice(PROTOCOLS, "protocol"), d.protocol),
         channels=table.get("channels", _int(0), d.channels),
         algorithms=table.get("algorithms", _algorithm_names, d.algorithms),
+        selection=table.get("selection", _choice(SELECTIONS, "selection"), d.selection),
+        compute_capability=table.get("compute_capability", _int(0), d.compute_capability),
         in_switch_latency=table.get("in_switch_latency", _time, d.in_switch_latency),
         in_switch_efficiency=table.get("in_switch_efficiency", _fraction(True), d.in_switch_efficiency),
         in_switch_channels=table.get("in_switch_channels", _int(0), d.in_switch_channels),

@@ -43,6 +43,8 @@ EXECUTIONS = ("offload", "sm")
 HIDEABLE = ("graph_generation", "metadata_copy", "subgraph_schedule", "issue_overhead")
 WIRE_PROTOCOLS = ("ll", "ll128", "simple")
 PROTOCOLS = ("none", *WIRE_PROTOCOLS, "auto")
+# "fastest": the simulated fastest per size; "library": what NCCL's cost model picks (hcclsim.sweeping.library).
+SELECTIONS = ("fastest", "library")
 
 
 @dataclass(frozen=True)
@@ -115,6 +117,8 @@ class Endpoint:
     ll128: Protocol = PROTOCOL_DEFAULTS["ll128"]
     simple: Protocol = PROTOCOL_DEFAULTS["simple"]
     algorithms: tuple = ()            # the algorithms the collective library implements (auto, tune); () = all
+    selection: str = "fastest"        # how -a auto chooses: the fastest simulated, or the library's own model
+    compute_capability: int = 0       # the GPU generation NCCL tunes for (90: Hopper); 0 = not an NVIDIA GPU
     in_switch_latency: float = 0.0    # s per collective that reduces or multicasts in a switch (NVLS)
     in_switch_efficiency: float = 1.0  # fraction of link bandwidth an in-switch reduction/multicast reaches
     in_switch_channels: int = 0       # channels an in-switch collective runs on (NVLS); 0 = its steps are not NCCL's

@@ -2,10 +2,9 @@
 
 CSV output is appended one (collective, algorithm, engine) block at a time (header once), each block
 in whole lines (a failed write is cut back), so a Ctrl-C or a crash keeps every finished block. JSON
-and Parquet cannot be appended cheaply: the finished rows go to ``FILE.partial.csv`` (floats written
-exactly) and the final file is written at the end, when the partial file is deleted. At the end a CSV
-is rewritten once, in the sweep's stable order (a resumed or parallel sweep appends in completion
-order). Final files replace the old ones atomically (hcclsim.results.safefile).
+and Parquet cannot be appended cheaply: the finished rows go to ``FILE.partial.csv`` and the final file
+is written at the end, when the partial file is deleted. At the end a CSV is rewritten once, in the
+sweep's stable order (a resumed or parallel sweep appends in completion order). Final files replace the old ones atomically (hcclsim.results.safefile).
 
 While rows are appended, the file they go to has a sidecar (``FILE.csv.meta.json`` or
 ``FILE.partial.csv.meta.json``) with the sweep's metadata and ``"in_progress": true``: it is what lets
@@ -33,7 +32,7 @@ from ..schedule import collectives as C
 from ..sweeping.sweep import ROW_KEY
 from .provenance import merged, read_metadata, results_document, sidecar_path, write_sidecar
 from .read import COLUMN_TYPES, parse_column
-from .report import FLOAT_FORMAT, output_format, write
+from .report import csv_float, output_format, write
 
 LEFT = "the files are left as they are; rerun without --resume, or write to another file"
 
@@ -42,9 +41,9 @@ def sidecar(path: str) -> str:
     return f"{path}.partial.csv"
 
 
-def _csv(df: pd.DataFrame, header: bool, exact: bool) -> str:
+def _csv(df: pd.DataFrame, header: bool) -> str:
     buf = io.StringIO()
-    df.to_csv(buf, index=False, header=header, float_format=None if exact else FLOAT_FORMAT, lineterminator="\n")
+    df.to_csv(buf, index=False, header=header, float_format=csv_float, lineterminator="\n")
     return buf.getvalue()
 
 
@@ -271,7 +270,7 @@ class RowWriter:
         self.size = keep
 
     def __call__(self, frame: pd.DataFrame) -> None:
-        data = _csv(frame, self.size == 0, exact=self.suffix != ".csv").encode()
+        data = _csv(frame, self.size == 0).encode()
         view = memoryview(data)
         try:
             while view:

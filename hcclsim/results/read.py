@@ -24,6 +24,7 @@ import pandas as pd
 from ..core.errors import ConfigError
 from ..engine.execution import PERCENTILE_COLUMNS
 from ..sweeping.sweep import STAT_COLUMNS
+from .nccltests import is_log, log_table
 from .provenance import read_metadata, results_document, sidecar_path
 
 KEYS = ["collective", "algorithm", "topology", "ranks", "engine", "size_bytes", "dtype"]
@@ -53,6 +54,7 @@ COLUMN_TYPES = {
     "size_bytes": Kind("whole", 0), "count": Kind("whole", 0), "dtype": NAME, "root": Kind("whole", -1),
     "time_us": MEASURE, "algbw_GBps": MEASURE, "busbw_GBps": MEASURE, "protocol": NAME,
     **{c: MEASURE for c in PERCENTILE_COLUMNS}, **{c: COUNTER for c in STAT_COLUMNS}, "chosen": NAME,
+    "chosen_by": NAME,
 }
 
 
@@ -64,9 +66,9 @@ def load_results(path: str, label: str = "results") -> pd.DataFrame:
     if not p.is_file():
         raise ConfigError(f"{label}: {'a directory, not a file' if p.is_dir() else 'no such file'} {path!r}")
     suffix = p.suffix.lower()
-    if suffix not in (".csv", ".json", ".parquet"):
-        raise ConfigError(f"{where}: unknown results format {suffix or '(no suffix)'!r}; "
-                          f"expected a file ending in .csv, .json or .parquet (as `hccl-bench sweep -o` writes)")
+    if is_log(path):                                # an nccl-tests log, read as `hccl-bench import` would
+        columns, rows = log_table(path)
+        return _unique(_typed(columns, rows, False, lambda i, col: f"row {i + 1}, column {col}", where), where)
     try:
         if suffix == ".json":
             try:
@@ -164,6 +166,8 @@ def _typed(columns: list[str], rows: list, text: bool, locate: Callable[[int, st
     if missing:
         raise ConfigError(f"{where}: missing column(s) {', '.join(missing)}; a results file needs "
                           f"{', '.join(needed)} (as `hccl-bench sweep -o` writes)")
+    if "placement" in columns:                      # measured rows (hccl-bench import): the out-of-place ones
+        rows = [r for r in rows if r[columns.index("placement")] != "in-place"]
     if not rows:
         raise ConfigError(f"{where}: no rows")
     out = {}

@@ -7,6 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from rich.console import Console
 from rich.table import Table
@@ -21,12 +22,17 @@ from .safefile import replace, replace_text
 FORMATS = ("table", "csv", "json")
 SPREAD_COLUMNS = ("time_us_p75", "time_us_p95", "time_us_min", "time_us_max")   # time (us) is the p50
 SPREAD_HEADERS = ("p75 (us)", "p95 (us)", "min (us)", "max (us)")
-FLOAT_FORMAT = "%.6g"
+
+
+def csv_float(x: float) -> str:
+    """A float in CSV: the shortest digits that read back to the same number, never e-notation (%g and
+    repr print 1e-05 for a tiny time and 1.04858e+06 for a byte count that became a float beside NaN)."""
+    return np.format_float_positional(x, unique=True, trim="-")
 
 
 def to_csv(df: pd.DataFrame) -> str:
     buf = io.StringIO()
-    df.to_csv(buf, index=False, float_format=FLOAT_FORMAT, lineterminator="\n")
+    df.to_csv(buf, index=False, float_format=csv_float, lineterminator="\n")
     return buf.getvalue()
 
 
@@ -69,6 +75,14 @@ def write(df: pd.DataFrame, path: str, meta: dict | None = None) -> None:
             write_sidecar(path, {"schema_version": SCHEMA_VERSION, "hccl_bench_version": __version__, **meta})
         elif suffix != ".json":
             sidecar_path(path).unlink(missing_ok=True)
+    except OSError as e:
+        raise ConfigError(f"-o/--output: cannot write {path!r} ({e.strerror or e})") from None
+
+
+def write_text(path: str, text: str) -> None:
+    """Write text to path atomically (hcclsim.results.safefile); a path that cannot be written is a one-line error."""
+    try:
+        replace_text(path, text)
     except OSError as e:
         raise ConfigError(f"-o/--output: cannot write {path!r} ({e.strerror or e})") from None
 

@@ -15,7 +15,7 @@ import pandas as pd
 
 BEST_COLUMNS = ["collective", "size_bytes", "algorithm", "protocol", "time_us", "busbw_GBps", "runner_up",
                 "runner_up_time_us", "margin"]
-def _margin(best_us: float, second_us: float) -> float:
+def relative_margin(best_us: float, second_us: float) -> float:
     if best_us > 0:
         return second_us / best_us - 1
     return 0.0 if second_us == 0 else math.inf
@@ -39,7 +39,7 @@ def best_per_size(rows: pd.DataFrame, engine: str | None = None) -> pd.DataFrame
             if len(order) > 1:
                 second = order.iloc[1]
                 runner, runner_us = second.algorithm, float(second.time_us)
-                margin = _margin(float(best.time_us), runner_us)
+                margin = relative_margin(float(best.time_us), runner_us)
             else:
                 runner, runner_us, margin = "", math.nan, math.nan
             out.append([coll, int(size), best.algorithm, str(best.get("protocol", "none")), float(best.time_us),

@@ -4,15 +4,18 @@ For each (collective, algorithm) the sizes are grouped by the algorithm's
 structure key, each group's schedule is compiled once, and the engine times
 all of the group's sizes in one call (sizes are an array axis).
 
-`-a auto` adds, per collective, rows with algorithm 'auto' and a `chosen` column: at each size the
-fastest applicable algorithm by the analytic engine (hcclsim.sweeping.best.best_per_size, the rule
-`hccl-bench tune` uses), timed by the requested engines. `chosen` names the algorithm that ran a row
-(itself, for the other rows); it exists only when auto was asked for.
+`-a auto` adds, per collective, rows with algorithm 'auto' and `chosen`, `chosen_by` columns: at each size
+the endpoint's `selection` picks among the library's algorithms -- "fastest": the fastest by the analytic
+engine (hcclsim.sweeping.best.best_per_size, the rule `hccl-bench tune` uses); "library": NCCL's own cost
+model's algorithm and protocol (hcclsim.sweeping.library), the protocol forced for that point, falling back
+to the fastest where the model does not decide -- timed by the requested engines. `chosen` names the
+algorithm that ran a row (itself, for the other rows), `chosen_by` the rule and its reason ("listed" for
+the other rows); they exist only when auto was asked for.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import NamedTuple
 
@@ -29,6 +32,7 @@ from ..network.config import MAX_COUNT
 from ..network.topology import Topology
 from ..schedule import collectives as C
 from ..schedule.algorithm import ALGORITHMS, Algorithm, Problem, load_all, parse_spec
+from . import library
 from .best import best_per_size
 from .budget import check_schedule, check_units
 
@@ -174,12 +178,36 @@ def _frame(ctx: Context, coll, label, sizings, engine_name, samples, counters, p
 def columns(stats: bool = False, auto: bool = False, noise: Noise = QUIET) -> list[str]:
     """The columns of a sweep's rows, in order, for these options."""
     return COLUMNS + (PERCENTILE_COLUMNS if noise.percentiles else []) + (STAT_COLUMNS if stats else []) \
-        + (["chosen"] if auto else [])
+        + (["chosen", "chosen_by"] if auto else [])
 
 
-def _finish(ctx: Context, frame, chosen):
+def _finish(ctx: Context, frame, chosen, chosen_by="listed"):
     frame = frame[columns(ctx.stats, False, ctx.noise)]
-    return frame.assign(chosen=chosen) if ctx.auto else frame
+    return frame.assign(chosen=chosen, chosen_by=chosen_by) if ctx.auto else frame
+
+
+def with_protocol(topology: Topology, protocol: str) -> Topology:
+    """The topology with its endpoint's protocol forced (the library's pick), when the endpoint leaves it to
+    auto; built once per protocol."""
+    if topology.endpoint.protocol != "auto":
+        return topology
+    key = ("with_protocol", protocol)
+    if key not in topology.cache:
+        topology.cache[key] = replace(topology, endpoint=replace(topology.endpoint, protocol=protocol))
+    return topology.cache[key]
+
+
+def _library_picks(topology: Topology, coll: str, sizings, candidates) -> tuple[list, list[str]]:
+    """Per size, (algorithm label, forced protocol) of the library's pick, or None where the fastest decides;
+    and the chosen_by text of each."""
+    if topology.endpoint.selection != LIBRARY:
+        return [None] * len(sizings), ["fastest"] * len(sizings)
+    picks, why = [], []
+    for sz in sizings:
+        c = library.choose(topology, coll, sz.size_bytes, [a.label for a in candidates])
+        picks.append((c.algorithm, c.protocol) if isinstance(c, library.Choice) else None)
+        why.append(c.why if isinstance(c, library.Choice) else f"fastest (library: {c})")
+    return picks, why
 
 
 @dataclass(frozen=True)
@@ -218,31 +246,40 @@ def _unit_rows(ctx: Context, unit: Unit) -> list[pd.DataFrame]:
         sizings, timed = time_algorithm(unit.algorithm, problem, sizes, dtype, engines, *how)
         return [_finish(ctx, _frame(ctx, coll, unit.label, sizings, e, *timed[e]), unit.label) for e in engines]
     candidates = [a for a in algorithms_for(LIBRARY, coll, topology) if not a.unsupported(problem)]
-    timed = {a.label: (a, *time_algorithm(a, problem, sizes, dtype, ("analytic",), ctx.launch)) for a in candidates}
-    sizings = next(iter(timed.values()))[1]
-    scores = pd.concat([_frame(ctx, coll, label, sz, "analytic", *t["analytic"]) for label, (_, sz, t) in timed.items()])
-    pick = best_per_size(scores, "analytic").set_index("size_bytes")["algorithm"]
-    chosen = [pick[s.size_bytes] for s in sizings]
+    by_label = {a.label: a for a in candidates}
+    sizings = [C.sizing(coll, s, DTYPE_SIZE[dtype], topology.nranks) for s in sizes]
+    picks, why = _library_picks(topology, coll, sizings, candidates)
+    rest = [i for i, p in enumerate(picks) if p is None]       # sizes the fastest decides
+    timed = {}
+    if rest:
+        timed = {a.label: time_algorithm(a, problem, [sizes[i] for i in rest], dtype, ("analytic",), ctx.launch)
+                 for a in candidates}
+        scores = pd.concat([_frame(ctx, coll, label, sz, "analytic", *t["analytic"]) for label, (sz, t) in timed.items()])
+        pick = best_per_size(scores, "analytic").set_index("size_bytes")["algorithm"]
+        for i in rest:
+            picks[i] = (pick[sizings[i].size_bytes], None)
+    chosen = [label for label, _ in picks]
     out = []
     for engine_name in engines:
         seconds = np.zeros((ctx.noise.iters, len(sizes)))
         counters = {c: np.full(len(sizes), np.nan) for c in STAT_COLUMNS}
         protocols = np.empty(len(sizes), object)
-        for label in dict.fromkeys(chosen):
-            idx = [i for i, c in enumerate(chosen) if c == label]
-            algo, _, t = timed[label]
-            if engine_name != "analytic" or ctx.noise != QUIET:    # time only the sizes this algorithm won
-                t = time_algorithm(algo, problem, [sizes[i] for i in idx], dtype, (engine_name,), *how)[1]
+        for label, proto in dict.fromkeys(picks):
+            idx = [i for i, p in enumerate(picks) if p == (label, proto)]
+            if proto is None and engine_name == "analytic" and ctx.noise == QUIET:   # timed above, every candidate
+                t, idx_t = timed[label][1], [rest.index(i) for i in idx]
+            else:                                       # time only the sizes this pick won
+                forced = topology if proto is None else with_protocol(topology, proto)
+                t = time_algorithm(by_label[label], Problem(coll, forced, root), [sizes[i] for i in idx], dtype,
+                                   (engine_name,), *how)[1]
                 idx_t = slice(None)
-            else:
-                idx_t = idx
             sec, cnt, prot = t[engine_name]
             seconds[:, idx] = sec[:, idx_t]
             protocols[idx] = prot[idx_t]
             for c in STAT_COLUMNS:
                 counters[c][idx] = cnt[c][idx_t]
         out.append(_finish(ctx, _frame(ctx, coll, AUTO, sizings, engine_name, seconds, counters, protocols),
-                           chosen))
+                           chosen, why))
     return out
 
 
