@@ -43,7 +43,10 @@ rank's own previous step, which left one path latency before the upstream's
 arrived: it never binds, and the ring's form is the plain alpha-beta one.)
 The in-switch phase never beats a ring on bandwidth -- a rank's uplink
 (downlink) carries (n-1)P either way, plus the pipeline's fill P/(Q B) -- and
-wins on latency, 2h against 2(n-1)h.
+wins on latency, 2h against 2(n-1)h. Along d the in-switch phases run in the rail's scale-out
+switch (CollNet / SHARP, rail_switch); switch_ar, the in-network all-reduce of a piece every rank of the
+group holds, takes 2h + P/B + P/(Q B) the same way (part w up by (w+1)y, back h + y after its last
+contribution arrived).
 """
 
 from __future__ import annotations
@@ -232,23 +235,39 @@ def direct_ag(b: ScheduleBuilder, pcs: Pieces, entry) -> list:
     return _direct(b, pcs, entry, False)
 
 
-def _along_l(pcs: Pieces) -> None:
-    if pcs.axis != "l":
-        raise ValueError("in-switch phases run along the l axis (inside a domain)")
+def domain_switch(g: Grid, nranks: int) -> Affine:
+    """The scale-up switch of my domain (node nranks + d): where a phase along l reduces."""
+    return switch_of(g.D, nranks)
 
 
-def switch_rs(b: ScheduleBuilder, pcs: Pieces, entry, nranks: int, parts: int = 1, own: bool = False) -> list:
-    """In-switch reduce-scatter along l, pipelined over ``parts``: every rank adds part w of piece y
-    (y != me) into the domain switch's table, then the switch adds the sum of the others into part w
-    of rank y's piece. Wave w: uploads of part w, and the switch's sends of part w-1. own: as NVLS
-    runs (multimem.ld_reduce), every rank uploads its own piece too and the switch writes the whole
-    sum back (per rank: S up, S/L down, against (L-1)S/L and S/L)."""
-    _along_l(pcs)
-    g = pcs.grid
+def rail_switch(g: Grid, node0: int) -> Affine:
+    """The scale-out switch of my rail (node node0 + l): where a phase along d reduces (CollNet)."""
+    return rot(1, 0, g.L, 1, node0)
+
+
+def rail_switches(topo) -> int | None:
+    """The node of rail 0's switch when every rank's scale-out reducing switch is its rail's
+    (scale_out.in_switch_reduce on a rail scale-out: rail l's is that node + l), else None."""
+    if not topo.can_reduce_in_scale_out:
+        return None
+    node0 = int(topo.out_reduce_switch[0])
+    r = np.arange(topo.nranks)
+    return node0 if np.array_equal(topo.out_reduce_switch, node0 + r % topo.local) else None
+
+
+def switch_rs(b: ScheduleBuilder, pcs: Pieces, entry, sw: Affine, parts: int = 1, own: bool = False) -> list:
+    """In-switch reduce-scatter along the pieces' axis in the group's switch sw (domain_switch along l,
+    rail_switch along d), pipelined over ``parts``: every rank adds part w of piece y (y != me) into
+    the switch's table, then the switch adds the sum of the others into part w of rank y's piece.
+    Wave w: uploads of part w, and the switch's sends of part w-1. own: as NVLS (multimem.ld_reduce)
+    and SHARP run, every rank uploads its own piece too and the switch writes the whole sum back (per
+    rank: S up, S/n down, against (n-1)S/n and S/n)."""
+    g, ax = pcs.grid, pcs.axis
+    n = g.n(ax)
     entry = moved(entry, 0, 0, g.D, g.L)
-    if g.L == 1:
+    if n == 1:
         return entry
-    inst, sw, me = (g.D, g.L), switch_of(g.D, nranks), g.peer("l", 0)
+    inst, me = (g.D, g.L), g.peer(ax, 0)
     first = 0 if own else 1       # the first piece offset a rank uploads (0: its own)
     ups: list[list[int]] = []
     down = None
@@ -256,7 +275,7 @@ def switch_rs(b: ScheduleBuilder, pcs: Pieces, entry, nranks: int, parts: int = 
         grp = b.next_group()
         if w < parts:           # a rank uploads its parts in order (template s - first: piece x+s)
             row = []
-            for s in range(first, g.L):
+            for s in range(first, n):
                 start, shape = pcs.part(s, w, parts)
                 row.append(b.op(src=me, dst=sw, schunk=start, group=grp, inst=inst, kind=PUT_REDUCE, sbuf=OUT,
                                 dbuf=OUT, chan=s - first, deps=[order(ups[-1][s - first])] if ups else list(entry),
@@ -264,24 +283,25 @@ def switch_rs(b: ScheduleBuilder, pcs: Pieces, entry, nranks: int, parts: int = 
             ups.append(row)
         if w:                   # the contributions to part w-1 of my piece are in; sent in order
             start, shape = pcs.part(0, w - 1, parts)
-            deps = [(t, DEP_SHIFT, 0, -s) for s, t in enumerate(ups[w - 1], first)]
+            deps = [(t, DEP_SHIFT, *g.step(ax, -s)) for s, t in enumerate(ups[w - 1], first)]
             deps = moved(deps + (list(entry) if down is None else [order(down)]), 0, 0, g.D, g.L)
             down = b.op(src=sw, dst=me, schunk=start, group=grp, inst=inst, kind=PUT if own else PUT_REDUCE,
-                        sbuf=OUT, dbuf=OUT, chan=g.L - first, deps=deps, **shape)
-    return barrier("l", [down])     # the last sends depend, through their chains, on every transfer
+                        sbuf=OUT, dbuf=OUT, chan=n - first, deps=deps, **shape)
+    return barrier(ax, [down])     # the last sends depend, through their chains, on every transfer
 
 
-def switch_ag(b: ScheduleBuilder, pcs: Pieces, entry, nranks: int, parts: int = 1, own: bool = False) -> list:
-    """In-switch all-gather along l, pipelined over ``parts``: every rank writes part w of its piece
-    to the domain switch, which multicasts it to the L-1 others (one transfer per destination).
-    Wave w: the upload of part w, and the multicasts of part w-1. own: as NVLS runs (multimem.st),
-    the multicast reaches the owner too (per rank: S/L up, S down, against (L-1)S/L)."""
-    _along_l(pcs)
-    g = pcs.grid
+def switch_ag(b: ScheduleBuilder, pcs: Pieces, entry, sw: Affine, parts: int = 1, own: bool = False) -> list:
+    """In-switch all-gather along the pieces' axis in the group's switch sw, pipelined over ``parts``:
+    every rank writes part w of its piece to the switch, which multicasts it to the n-1 others (one
+    transfer per destination). Wave w: the upload of part w, and the multicasts of part w-1. own: as
+    NVLS (multimem.st) and SHARP run, the multicast reaches the owner too (per rank: S/n up, S down,
+    against (n-1)S/n)."""
+    g, ax = pcs.grid, pcs.axis
+    n = g.n(ax)
     entry = moved(entry, 0, 0, g.D, g.L)
-    if g.L == 1:
+    if n == 1:
         return entry
-    inst, sw, me = (g.D, g.L), switch_of(g.D, nranks), g.peer("l", 0)
+    inst, me = (g.D, g.L), g.peer(ax, 0)
     first = 0 if own else 1
     ups: list[int] = []
     downs: list[int] = []
@@ -293,11 +313,39 @@ def switch_ag(b: ScheduleBuilder, pcs: Pieces, entry, nranks: int, parts: int = 
                             chan=0, deps=[order(ups[-1])] if ups else list(entry), **shape))
         if w:                   # template s - first: my piece's part w-1 to rank x+s, after the previous one
             start, shape = pcs.part(0, w - 1, parts)
-            downs = [b.op(src=sw, dst=g.peer("l", s), schunk=start, group=grp, inst=inst, kind=PUT, sbuf=TMP,
+            downs = [b.op(src=sw, dst=g.peer(ax, s), schunk=start, group=grp, inst=inst, kind=PUT, sbuf=TMP,
                           dbuf=OUT, chan=1 + s - first, deps=[(ups[w - 1], DEP_SHIFT, 0, 0)]
-                          + (moved(entry, 0, s, g.D, g.L) if w == 1 else [order(downs[s - first])]), **shape)
-                     for s in range(first, g.L)]
-    return barrier("l", downs)
+                          + (moved(entry, *g.step(ax, s), g.D, g.L) if w == 1 else [order(downs[s - first])]),
+                          **shape)
+                     for s in range(first, n)]
+    return barrier(ax, downs)
+
+
+def switch_ar(b: ScheduleBuilder, row: Pieces, axis: str, entry, sw: Affine, parts: int = 1) -> list:
+    """In-switch all-reduce along the axis in the group's switch sw, pipelined over ``parts`` (SHARP's
+    in-network AllReduce, as CollNet runs it): every rank adds part w of its piece (``row.at(0)``, the
+    same piece on every rank of the group) into the switch's table; once all n contributions of part w
+    are in, the switch writes the sum into every rank's piece, its own included. Per rank: S up, S
+    down. Wave w: the uploads of part w, and the switch's sends of part w-1."""
+    g = row.grid
+    entry = moved(entry, 0, 0, g.D, g.L)
+    if g.n(axis) == 1:
+        return entry
+    inst, me = (g.D, g.L), g.peer(axis, 0)
+    group = DEP_ROW if axis == "l" else DEP_COL          # every rank of my domain / my rail
+    ups: list[int] = []
+    down = None
+    for w in range(parts + 1):
+        grp = b.next_group()
+        if w < parts:
+            start, shape = row.part(0, w, parts)
+            ups.append(b.op(src=me, dst=sw, schunk=start, group=grp, inst=inst, kind=PUT_REDUCE, sbuf=OUT,
+                            dbuf=OUT, chan=0, deps=[order(ups[-1])] if ups else list(entry), **shape))
+        if w:
+            start, shape = row.part(0, w - 1, parts)
+            down = b.op(src=sw, dst=me, schunk=start, group=grp, inst=inst, kind=PUT, sbuf=OUT, dbuf=OUT, chan=1,
+                        deps=[(ups[w - 1], group, 0, 0)] + ([] if down is None else [order(down)]), **shape)
+    return barrier(axis, [down])
 
 
 # ----------------------------------------------------------------------------------- trees
@@ -486,7 +534,8 @@ def tree_allreduce(b: ScheduleBuilder, chunks: int, intra: str) -> None:
     c = Pipeline(b, chunks, L * D * 2)
     rows = Pieces(Grid(D, L, wl=2 * D, wd=2, q=2), "l", span=True)
     if intra == "switch":
-        switch_ag(c, rows, dtree_ar(c, rows, switch_rs(c, rows, [], b.nranks, own=True)), b.nranks, own=True)
+        sw = domain_switch(rows.grid, b.nranks)
+        switch_ag(c, rows, dtree_ar(c, rows, switch_rs(c, rows, [], sw, own=True)), sw, own=True)
     else:
         ring_ag(c, rows, dtree_ar(c, rows, ring_rs(c, rows, [])))
     c.emit()

@@ -11,13 +11,18 @@ every *rail* at once (the D ranks with the same l, one per domain), each on
   Broadcast      scatter in the root's domain -> scatter + all-gather per rail -> intra all-gather
   Reduce         intra reduce-scatter -> reduce-scatter + gather per rail -> gather in the root's domain
 
-Options: intra = ring | direct | in_switch, inter = ring | direct. intra=auto:
+Options: intra = ring | direct | in_switch, inter = ring | direct | in_switch. intra=auto:
 AllToAll direct; else in_switch where the scale-up switch reduces *and* the
 alpha-beta cost of its phase (below) is lower than the ring's at this size, else
 ring. For AllToAll, "ring" is a pairwise exchange in n-1 steps, "direct" all peers
 at once. The root's scatter/gather phases of Broadcast/Reduce are always direct.
 channels: rings side by side in the intra ring phases, alternating direction
 (default 2 on a ring or full_mesh scale-up, whose links are point-to-point, else 1).
+inter=in_switch is CollNet / SHARP (NCCL v2.28.9 src/device/all_reduce.h CollNetDirect: a node's data
+scattered to its NIC heads, each head's shard reduced in the network and broadcast back): rail switch l
+(scale_out.in_switch_reduce) reduces rail l, returning the result to every rank of the rail, the sender
+included; AllReduce's two inter phases become one in-network all-reduce of the row (_phases.switch_ar).
+intra=direct is CollNetDirect; CollNetChain's chain inside a node moves the bytes of intra=ring.
 chunks: the in-switch phases' pipeline depth Q (default ceil(size / chunk_size)
 in 1..max_chunks, and at most 4096 // (L-1): the phase has Q L templates).
 pipeline=on (AllReduce, ReduceScatter, AllGather): the data is cut into Q such chunks and
@@ -34,6 +39,9 @@ bandwidths, ring/ring, one channel:
   AllToAll (default: intra direct, inter ring)   a_up + (L-1)S/(L B_up) + (D-1)(a_out + S/(D B_out))
   Broadcast, Reduce   a_up + (L-1)S/(L B_up) + a_out + (D-1)S/(N B_out)        (root's scatter / gather)
                       + (D-1)(a_out + S/(N B_out)) + (L-1)(a_up + S/(L B_up))
+
+inter=in_switch (h one rail hop, Q parts): AllReduce's inter phases 2h + P/B_out + P/(Q B_out);
+ReduceScatter, AllGather 2h + P/B_out + S/(N Q B_out).
 
 Intra phase replacements for (L-1)(a_up + P/B_up): C ring channels on a ring / full_mesh
 scale-up (a_up one hop) (L-1)(a_up + P/(C B_up)); direct a_up + (L-1)P/B_up; in-switch
@@ -58,11 +66,15 @@ from hcclsim.algorithms._phases import (
     Pipeline,
     direct_ag,
     direct_rs,
+    domain_switch,
     everything,
     exchange,
+    rail_switch,
+    rail_switches,
     ring_ag,
     ring_rs,
     switch_ag,
+    switch_ar,
     switch_reduces,
     switch_rs,
 )
@@ -72,7 +84,7 @@ from hcclsim.schedule import collectives as C
 from hcclsim.schedule.algorithm import Algorithm, Problem, auto_chunks, opt, register
 
 INTRA = ("auto", "ring", "direct", "in_switch")
-INTER = ("ring", "direct")
+INTER = ("ring", "direct", "in_switch")
 PIPELINE = ("off", "on")
 TEMPLATE_BUDGET = 4096     # automatic chunks keep an in-switch phase's Q (L-1) templates under this
 
@@ -82,11 +94,13 @@ class HierarchicalOptions:
     intra: str = opt("auto", "scale-up phases: ring, direct or in_switch (auto: in_switch where the "
                              "scale-up switch reduces and its alpha-beta cost at this size is below the "
                              "ring's, else ring; all_to_all: direct)")
-    inter: str = opt("ring", "scale-out phases, one rank per domain on each rail: ring or direct")
+    inter: str = opt("ring", "scale-out phases, one rank per domain on each rail: ring, direct or in_switch "
+                             "(CollNet/SHARP: the rail's switch reduces and multicasts; needs "
+                             "scale_out.in_switch_reduce)")
     channels: int = opt(0, "rings side by side in the intra ring phases, alternating direction (0: 2 on a "
                            "ring or full_mesh scale-up, else 1)")
-    chunks: int = opt(0, "pipeline depth of the in-switch phases (0: one per chunk_size bytes, between 1 "
-                         "and max_chunks)")
+    chunks: int = opt(0, "pipeline depth of the in-switch phases, scale-up and scale-out (0: one per "
+                         "chunk_size bytes, between 1 and max_chunks)")
     chunk_size: int = opt(32 << 10, "bytes per in-switch chunk when chunks=0 (as in_switch)")
     max_chunks: int = opt(64, "upper bound on automatic chunks")
     pipeline: str = opt("off", "on: the phases run chunk by chunk as one pipeline (chunks as above; chunk p in "
@@ -124,6 +138,12 @@ class Hierarchical(Algorithm):
                 return "intra=in_switch: all_to_all has nothing for a switch to reduce or multicast"
             if not switch_reduces(topo):
                 return "intra=in_switch needs a scale-up switch that reduces (scale_up.in_switch_reduce = true)"
+        if self.options.inter == "in_switch":
+            if problem.collective == C.ALL_TO_ALL:
+                return "inter=in_switch: all_to_all has nothing for a switch to reduce or multicast"
+            if rail_switches(topo) is None:
+                return ("inter=in_switch needs rail switches that reduce (scale_out.in_switch_reduce = true on a "
+                        "rail scale-out)")
         return None
 
     def _channels(self, problem: Problem) -> int:
@@ -156,16 +176,28 @@ class Hierarchical(Algorithm):
 
     def structure_key(self, problem, sizing, dtype_size):
         """(intra, K), or (intra, K, Q) with pipeline=on: the intra phases' kind, the chunks of a
-        sub-piece (in-switch pipeline parts, ring channels, or 1) and the pipeline's chunks (an
-        in-switch phase then takes one part per chunk: the pipeline streams them)."""
+        sub-piece and the pipeline's chunks (an in-switch phase then takes one part per chunk: the
+        pipeline streams them). K: the intra phases' parts (in-switch pipeline parts, ring channels,
+        or 1), times the scale-out in-switch phase's parts Q unless intra=in_switch already cuts Q."""
         intra = self._intra(problem, sizing.size_bytes)
         pipelined = self.options.pipeline == "on"
+        Q = self._chunks(problem, sizing.size_bytes)
         if problem.collective == C.ALL_TO_ALL or problem.topology.local == 1:
             K = 1
         else:
-            K = {"in_switch": 1 if pipelined else self._chunks(problem, sizing.size_bytes),
-                 "ring": self._channels(problem)}.get(intra, 1)
-        return (intra, K, self._chunks(problem, sizing.size_bytes)) if pipelined else (intra, K)
+            K = {"in_switch": 1 if pipelined else Q, "ring": self._channels(problem)}.get(intra, 1)
+        if self.options.inter == "in_switch" and not pipelined and (intra != "in_switch" or K == 1):
+            K *= Q
+        return (intra, K, Q) if pipelined else (intra, K)
+
+    def parts(self, problem: Problem, key) -> tuple[int, int]:
+        """(intra parts, inter parts) of a structure key: how the phases cut a sub-piece of K chunks."""
+        intra, K, *pipelined = key
+        if self.options.inter != "in_switch" or pipelined:
+            return K, 1
+        if intra == "ring" and problem.topology.local > 1:
+            return self._channels(problem), K // self._channels(problem)
+        return (K if intra == "in_switch" else 1), K
 
     def compile(self, problem: Problem, key):
         topo, coll = problem.topology, problem.collective
@@ -175,41 +207,56 @@ class Hierarchical(Algorithm):
         intra, K, *pipelined = key
         Q = pipelined[0] if pipelined else 1
         inter = self.options.inter
+        parts = self.parts(problem, key)
         blocks = coll in (C.REDUCE_SCATTER, C.ALL_GATHER, C.ALL_TO_ALL)
         # sub-piece (l, d) of pipeline chunk p is K chunks: chunks p*K.. of block d*L + l of a per-rank
         # layout, or from chunk p*L*D*K + (l*D + d)*K of one buffer (so a row l, and each of its K parts,
         # is contiguous there); the pipeline moves chunk 0's templates to chunk p
         layout = Layout(n, Q * K) if blocks else Layout(1, Q * L * D * K)
-        nnodes = n + D if intra == "in_switch" else n
+        nnodes = topo.nnodes if inter == "in_switch" else n + D if intra == "in_switch" else n
         b = ScheduleBuilder(coll, self.label, n, (D, L), layout, nnodes=nnodes, root=problem.root)
         b.notes.update(intra=intra, inter=inter, parts=K, chunks=Q)
         g = Grid(D, L, wl=Q * K, wd=L * Q * K, q=K) if blocks else Grid(D, L, wl=D * K, wd=K, q=K)
         pipe = Pipeline(b, Q, K if blocks else L * D * K) if pipelined else None
-        _phases_of(pipe or b, g, coll, intra, inter, K, problem.root)
+        _phases_of(pipe or b, g, coll, intra, inter, parts, problem.root, rail_switches(topo))
         if pipe:
             pipe.emit()
         return b.build()
 
 
-def _phases_of(b, g: Grid, coll: str, intra: str, inter: str, K: int, root: int) -> None:
-    """The collective's phases on the data of grid g (b: the builder, or one chunk of a pipeline)."""
+def _phases_of(b, g: Grid, coll: str, intra: str, inter: str, parts: tuple[int, int], root: int,
+               rail0: int | None) -> None:
+    """The collective's phases on the data of grid g (b: the builder, or one chunk of a pipeline);
+    parts: the intra and inter phases' parts of a sub-piece; rail0: rail 0's reducing switch (inter=in_switch)."""
     n = g.D * g.L
+    K, Q = parts
     rows, cells = Pieces(g, "l", span=True), Pieces(g, "d", span=False)
 
     def up_rs(entry):
         if intra == "in_switch":
-            return switch_rs(b, rows, entry, n, K)
+            return switch_rs(b, rows, entry, domain_switch(g, n), K)
         return ring_rs(b, rows, entry, K) if intra == "ring" else direct_rs(b, rows, entry)
 
     def up_ag(entry):
         if intra == "in_switch":
-            return switch_ag(b, rows, entry, n, K)
+            return switch_ag(b, rows, entry, domain_switch(g, n), K)
         return ring_ag(b, rows, entry, K) if intra == "ring" else direct_ag(b, rows, entry)
 
-    out_rs = ring_rs if inter == "ring" else direct_rs
-    out_ag = ring_ag if inter == "ring" else direct_ag
+    # the scale-out in-switch phases run as SHARP does: every rank's whole piece goes into the rail switch,
+    # which returns the result to every member, the sender included
+    def out_rs(b, pcs, entry):
+        if inter == "in_switch":
+            return switch_rs(b, pcs, entry, rail_switch(g, rail0), Q, own=True)
+        return (ring_rs if inter == "ring" else direct_rs)(b, pcs, entry)
 
-    if coll == C.ALL_REDUCE:
+    def out_ag(b, pcs, entry):
+        if inter == "in_switch":
+            return switch_ag(b, pcs, entry, rail_switch(g, rail0), Q, own=True)
+        return (ring_ag if inter == "ring" else direct_ag)(b, pcs, entry)
+
+    if coll == C.ALL_REDUCE and inter == "in_switch":      # CollNet: the row reduced in its rail's switch
+        up_ag(switch_ar(b, rows, "d", up_rs([]), rail_switch(g, rail0), Q))
+    elif coll == C.ALL_REDUCE:
         up_ag(out_ag(b, cells, out_rs(b, cells, up_rs([]))))
     elif coll == C.REDUCE_SCATTER:
         out_rs(b, cells, up_rs([]))

@@ -115,13 +115,13 @@ def run_tune(topology=DEFAULT_PRESET, collective=C.ALL_REDUCE, sizes=None, *, b=
 
 
 def read_results(path) -> pd.DataFrame:
-    """A results file (CSV, JSON or Parquet, as `sweep -o` writes) with every column; its metadata (embedded,
-    or the FILE.meta.json sidecar; None when absent) in ``attrs["provenance"]``. Every value is checked
-    as `compare` checks it (hcclsim.results.read) and an unsupported schema_version is refused with what
-    to do."""
+    """A results file (CSV, JSON or Parquet, as `sweep -o` writes) with every column; its metadata (the
+    FILE.meta.json sidecar, or embedded in a JSON file of schema_version 1; None when absent) in
+    ``attrs["provenance"]``. Every value is checked as `compare` checks it (hcclsim.results.read) and an
+    unsupported schema_version is refused with what to do."""
     from pathlib import Path
 
-    from .results.provenance import read_metadata, results_document
+    from .results.provenance import json_rows, read_metadata
     from .results.read import load_results
 
     p = Path(path)
@@ -131,7 +131,9 @@ def read_results(path) -> pd.DataFrame:
     meta = read_metadata(p)
     suffix = p.suffix.lower()
     if suffix == ".json":
-        df = pd.DataFrame(results_document(p.read_text(encoding="utf-8"), f"results {str(path)!r}")["rows"])
+        df = pd.DataFrame(json_rows(p, f"results {str(path)!r}")[0])
+        empty = [c for c in df.columns if df[c].isna().all()]
+        df[empty] = df[empty].astype(float)    # null throughout (the analytic engine's --stats): NaN, as in CSV
     elif suffix == ".csv":
         df = pd.read_csv(p)
     elif suffix == ".parquet":
@@ -143,9 +145,7 @@ def read_results(path) -> pd.DataFrame:
 
 
 def write_results(df: pd.DataFrame, path) -> None:
-    """Write a frame from run_sweep/run_tune as `-o` does, with its provenance (embedded or a sidecar)."""
-    from .analysis.tune import json_safe
+    """Write a frame from run_sweep/run_tune as `-o` does, with its provenance in a sidecar PATH.meta.json."""
     from .results.report import write
 
-    out = json_safe(df) if str(path).lower().endswith(".json") and "margin" in df.columns else df
-    write(out, str(path), df.attrs.get("provenance"))
+    write(df, str(path), df.attrs.get("provenance"))

@@ -12,6 +12,7 @@ from helpers import assert_one_line_error
 from helpers import run_cli as run
 
 import hcclsim.cli.sweep as sweep_module
+import hcclsim.sweeping.sweep as sweeping
 from hcclsim.cli import cli
 from hcclsim.network.config import ENDPOINT_KEYS, FLAT_KEYS, HIER_KEYS, OUT_KEYS, UP_KEYS, load_topology
 from hcclsim.sweeping.sweep import COLUMNS, STAT_COLUMNS, sweep
@@ -94,12 +95,10 @@ def test_sweep_table_is_the_default_format(capsys):
 def test_sweep_json_on_stdout(capsys):
     status, out, err = run(capsys, *SWEEP, "--format", "json")
     assert (status, err) == (0, "")
-    doc = json.loads(out)
-    assert doc["schema_version"] == 1 and doc["topology"]["name"] == "switch8"
-    assert doc["topology"]["bandwidth"] == "50GB/s" and doc["inputs"]["maxbytes"] == 4096
-    assert [r["size_bytes"] for r in doc["rows"]] == [16, 256, 4096]
-    assert [r["time_us"] for r in doc["rows"]] == pytest.approx([ring_allreduce_us(s) for s in (16, 256, 4096)],
-                                                                rel=1e-9)
+    rows = json.loads(out)                          # the rows only, as in a JSON file (its metadata: -o)
+    assert [r["size_bytes"] for r in rows] == [16, 256, 4096] and rows[0]["topology"] == "switch8"
+    assert [r["time_us"] for r in rows] == pytest.approx([ring_allreduce_us(s) for s in (16, 256, 4096)],
+                                                         rel=1e-9)
 
 
 def test_set_changes_the_numbers(capsys):
@@ -142,9 +141,9 @@ def test_output_json_reads_back(capsys, tmp_path):
     path = tmp_path / "x.json"
     status, _, _ = run(capsys, *SWEEP, "-o", str(path))
     assert status == 0
-    doc = json.loads(path.read_text())
-    assert doc["schema_version"] == 1 and doc["inputs"]["algorithm"] == "ring"
-    _same_rows(pd.DataFrame(doc["rows"]), rtol=0)                     # floats round-trip exactly
+    meta = json.loads(Path(f"{path}.meta.json").read_text())
+    assert meta["schema_version"] == 2 and meta["inputs"]["algorithm"] == "ring"
+    _same_rows(pd.DataFrame(json.loads(path.read_text())), rtol=0)    # floats round-trip exactly
 
 
 def test_output_parquet_reads_back(capsys, tmp_path):
@@ -219,14 +218,14 @@ def test_bad_input_is_one_line_and_exit_2(capsys, files, argv, needles):
 def test_bad_output_suffix_fails_before_the_sweep_runs(capsys, monkeypatch):
     def boom(*a, **k):
         raise AssertionError("the sweep ran")
-    monkeypatch.setattr(sweep_module, "sweep", boom)
+    monkeypatch.setattr(sweeping, "sweep", boom)   # the command imports it when it runs
     assert_one_line_error(*run(capsys, *SWEEP, "-o", "x.xlsx"), "-o/--output: expected a file ending in .csv")
 
 
 def test_internal_error_is_one_line_and_exit_3(capsys, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("engine exploded")
-    monkeypatch.setattr(sweep_module, "sweep", boom)
+    monkeypatch.setattr(sweeping, "sweep", boom)   # the command imports it when it runs
     status, out, err = run(capsys, *SWEEP)
     assert_one_line_error(status, out, err, "internal error: RuntimeError: engine exploded",
                           "(run with --debug for a traceback)", expected_status=3)
@@ -235,7 +234,7 @@ def test_internal_error_is_one_line_and_exit_3(capsys, monkeypatch):
 def test_debug_shows_the_traceback_of_an_internal_error(capsys, monkeypatch):
     def boom(*a, **k):
         raise RuntimeError("engine exploded")
-    monkeypatch.setattr(sweep_module, "sweep", boom)
+    monkeypatch.setattr(sweeping, "sweep", boom)   # the command imports it when it runs
     status, out, err = run(capsys, "--debug", *SWEEP)
     assert status == 3 and out == ""
     assert err.startswith("Traceback") and "RuntimeError: engine exploded" in err

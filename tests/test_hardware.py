@@ -58,6 +58,35 @@ def test_dgx_h100_band_not_yet_within_its_tolerance(dgx_h100, case, band, metric
     assert dgx_h100[(case, band, metric)] == V.PASS
 
 
+@pytest.fixture(scope="module")
+def h100_cluster():
+    return V.validate(["h100-cluster"]).summary.set_index(["case", "band", "metric"]).status
+
+
+CLUSTER_HOLDS = [                                                  # AllReduce 15 %, AllToAll 25 %, >= 256 MiB
+    ("IB 2 nodes, ring (#309 gj-aion)", "large", "busbw"),
+    ("H100 2 nodes, all_to_all (xxrjun, 45 node pairs)", "large", "busbw"),
+    ("H100 10 nodes, all_to_all (xxrjun, 2 runs)", "large", "busbw"),
+]
+PER_CHANNEL = ("measured ~320 GB/s on 16 channels (~390 on 24) where the model and NCCL's own cost model give "
+               "357-380: a per-channel limit across nodes that NCCL's source does not state")
+CLUSTER_GAPS = [
+    pytest.param("IB 4 nodes, default (#309 gj-aion)", "large", "busbw", marks=not_yet(PER_CHANNEL)),
+    pytest.param("IB 8 nodes, default (#309 gj-aion)", "large", "busbw", marks=not_yet(PER_CHANNEL)),
+    pytest.param("H100 10 nodes, all_reduce default (xxrjun, 2 runs)", "large", "busbw", marks=not_yet(PER_CHANNEL)),
+]
+
+
+@pytest.mark.parametrize("case,band,metric", CLUSTER_HOLDS)
+def test_h100_cluster_band_within_its_tolerance(h100_cluster, case, band, metric):
+    assert h100_cluster[(case, band, metric)] == V.PASS
+
+
+@pytest.mark.parametrize("case,band,metric", CLUSTER_GAPS)
+def test_h100_cluster_band_not_yet_within_its_tolerance(h100_cluster, case, band, metric):
+    assert h100_cluster[(case, band, metric)] == V.PASS
+
+
 def test_every_gpu_preset_validates_with_enough_points():
     """dgx-h100, h100-cluster and dgx-a100 each compare with at least 20 measured points."""
     res = V.validate(["dgx-h100", "h100-cluster", "dgx-a100"])

@@ -23,17 +23,19 @@ SWEEP = ["sweep", "-t", "switch8", "-a", "ring", "-e", "4K", "-f", "16"]
 
 
 
-def sweep_json(capsys, *extra) -> dict:
-    status, out, err = run(capsys, *SWEEP, *extra, "--format", "json")
+def sweep_json(capsys, tmp_path, *extra) -> dict:
+    """The metadata of `sweep SWEEP EXTRA -o FILE.json`: its sidecar."""
+    path = tmp_path / "meta-of.json"
+    status, _, err = run(capsys, *SWEEP, *extra, "-o", str(path))
     assert (status, err) == (0, "")
-    return json.loads(out)
+    return json.loads(Path(f"{path}.meta.json").read_text())
 
 
 # ------------------------------------------------------------------------------------------ metadata
 
-def test_json_carries_provenance(capsys):
-    doc = sweep_json(capsys)
-    assert doc["schema_version"] == provenance.SCHEMA_VERSION == 1
+def test_json_carries_provenance(capsys, tmp_path):
+    doc = sweep_json(capsys, tmp_path)
+    assert doc["schema_version"] == provenance.JSON_SCHEMA_VERSION == 2
     assert doc["hccl_bench_version"] == hcclsim.__version__
     assert re.fullmatch(r"[0-9a-f]{64}", doc["inputs_sha256"])
     topo = doc["topology"]
@@ -55,46 +57,47 @@ def test_json_carries_provenance(capsys):
     assert inputs["maxbytes"] == 4096 and inputs["overrides"] == []             # the flags, as typed
 
 
-def test_hash_is_stable_and_follows_the_inputs(capsys):
-    first = sweep_json(capsys)["inputs_sha256"]
-    assert sweep_json(capsys)["inputs_sha256"] == first                            # same inputs, same hash
+def test_hash_is_stable_and_follows_the_inputs(capsys, tmp_path):
+    first = sweep_json(capsys, tmp_path)["inputs_sha256"]
+    assert sweep_json(capsys, tmp_path)["inputs_sha256"] == first                  # same inputs, same hash
     # the same sizes spelled differently (-b/-e/-f) and the collective by its NCCL name: same hash
-    assert sweep_json(capsys, "-c", "allreduce", "-b", "16", "--e", "4096")["inputs_sha256"] == first
-    changed = sweep_json(capsys, "--set", "latency=1us")
+    assert sweep_json(capsys, tmp_path, "-c", "allreduce", "-b", "16", "--e", "4096")["inputs_sha256"] == first
+    changed = sweep_json(capsys, tmp_path, "--set", "latency=1us")
     assert changed["inputs_sha256"] != first
     assert changed["topology"]["resolved"]["tiers"][0]["latency_s"] == pytest.approx(1e-6)
     assert changed["inputs"]["overrides"] == ["latency=1us"]
-    assert sweep_json(capsys, "--set", "mtu=1K")["inputs_sha256"] != first        # packet keys count too
-    assert sweep_json(capsys, "-d", "bfloat16")["inputs_sha256"] != first
+    assert sweep_json(capsys, tmp_path, "--set", "mtu=1K")["inputs_sha256"] != first   # packet keys count too
+    assert sweep_json(capsys, tmp_path, "-d", "bfloat16")["inputs_sha256"] != first
 
 
-def test_hash_is_the_same_in_a_fresh_process(capsys):
-    first = sweep_json(capsys)["inputs_sha256"]
-    code = ("import json, sys; from hcclsim.cli import main; main(" + repr(SWEEP + ["--format", "json"]) + ")")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert json.loads(out)["inputs_sha256"] == first
+def test_hash_is_the_same_in_a_fresh_process(capsys, tmp_path):
+    first = sweep_json(capsys, tmp_path)["inputs_sha256"]
+    path = tmp_path / "fresh.json"
+    code = "import sys; from hcclsim.cli import main; sys.exit(main(" + repr(SWEEP + ["-o", str(path)]) + "))"
+    subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(Path(f"{path}.meta.json").read_text())["inputs_sha256"] == first
 
 
-def test_api_and_cli_agree_on_the_hash(capsys):
-    cli_hash = sweep_json(capsys)["inputs_sha256"]
+def test_api_and_cli_agree_on_the_hash(capsys, tmp_path):
+    cli_hash = sweep_json(capsys, tmp_path)["inputs_sha256"]
     rows = hcclsim.sweep(topology="switch8", algorithm="ring", sizes=[4096, 16, "256"])
     assert rows.attrs["provenance"]["inputs_sha256"] == cli_hash
 
 
 @pytest.mark.skipif(shutil.which("git") is None or not (ROOT / ".git").exists(), reason="not a git checkout")
-def test_git_revision_in_a_checkout(capsys):
+def test_git_revision_in_a_checkout(capsys, tmp_path):
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                           check=True).stdout.strip()
     assert provenance.git_revision() == head
-    assert sweep_json(capsys)["git_revision"] == head
+    assert sweep_json(capsys, tmp_path)["git_revision"] == head
 
 
-def test_git_revision_absent_without_git(monkeypatch, capsys):
+def test_git_revision_absent_without_git(monkeypatch, capsys, tmp_path):
     provenance.git_revision.cache_clear()
     monkeypatch.setenv("PATH", "/nonexistent")
     try:
         assert provenance.git_revision() is None
-        assert "git_revision" not in sweep_json(capsys)
+        assert "git_revision" not in sweep_json(capsys, tmp_path)
     finally:
         provenance.git_revision.cache_clear()
 
@@ -109,19 +112,105 @@ def test_sidecar_for_csv_and_parquet(capsys, tmp_path, suffix):
     side = Path(str(path) + ".meta.json")
     meta = json.loads(side.read_text())
     assert meta["schema_version"] == 1 and "rows" not in meta
-    assert meta["inputs_sha256"] == sweep_json(capsys)["inputs_sha256"]
+    assert meta["inputs_sha256"] == sweep_json(capsys, tmp_path)["inputs_sha256"]
     if suffix == ".csv":
         assert not path.read_text().startswith("#")                                # no comments in the CSV
     back = hcclsim.read_results(path)
     assert back.attrs["provenance"] == meta and len(back) == 3
 
 
-def test_json_has_no_sidecar_and_reads_back(capsys, tmp_path):
-    path = tmp_path / "out.json"
-    assert run(capsys, *SWEEP, "-o", str(path))[0] == 0
-    assert not Path(str(path) + ".meta.json").exists()
-    back = hcclsim.read_results(path)
-    assert back.attrs["provenance"]["topology"]["name"] == "switch8" and list(back.size_bytes) == [16, 256, 4096]
+# two collectives (a root column of 0 and -1), --stats (counters null throughout): 2 x 3 rows
+PAIR = [*SWEEP, "-c", "all_reduce,broadcast", "--stats"]
+
+
+@pytest.fixture
+def pair(capsys, tmp_path):
+    """The same sweep (PAIR) written as r.csv and as r.json, each with its sidecar."""
+    for name in ("r.csv", "r.json"):
+        assert run(capsys, *PAIR, "-o", str(tmp_path / name))[0] == 0
+    return tmp_path / "r.csv", tmp_path / "r.json"
+
+
+def test_json_reads_with_pandas_as_the_rows_of_the_csv(pair):
+    """`pandas.read_json(FILE.json)` in a notebook: the rows, typed as `pandas.read_csv` types the CSV."""
+    csv, js = pair
+    want = pd.read_csv(csv)
+    assert len(want) == 6 and list(want.root) == [-1, -1, -1, 0, 0, 0]
+    assert want.events.isna().all()                                   # the analytic engine leaves them empty
+    exact = pd.read_json(js, precise_float=True)
+    pd.testing.assert_frame_equal(exact, want, check_exact=True)                            # dtypes too
+    assert [exact[c].dtype for c in ("ranks", "size_bytes", "count", "root")] == ["int64"] * 4
+    assert exact.events.dtype == "float64"                            # null -> NaN, as an empty CSV field
+    # pandas' default JSON float parser is fast, not exact (precise_float=False): last digits may differ
+    for orient in (None, "records"):
+        pd.testing.assert_frame_equal(pd.read_json(js, orient=orient), want, check_exact=False, rtol=1e-10)
+    assert js.read_text().splitlines()[0] == "[" and "NaN" not in js.read_text()      # null: RFC 8259 JSON
+
+
+def test_json_and_csv_read_back_alike_with_their_sidecars(pair):
+    csv, js = pair
+    a, b = hcclsim.read_results(csv), hcclsim.read_results(js)
+    pd.testing.assert_frame_equal(b, a, check_exact=True)
+    meta = json.loads(Path(f"{js}.meta.json").read_text())
+    assert b.attrs["provenance"] == meta and "rows" not in meta
+    assert meta["schema_version"] == 2 and a.attrs["provenance"]["schema_version"] == 1
+    assert {k: v for k, v in meta.items() if k != "schema_version"} == \
+        {k: v for k, v in a.attrs["provenance"].items() if k != "schema_version"}
+
+
+def test_json_without_sidecar_reads_as_a_csv_without_one(capsys, pair):
+    """No metadata: rows read (provenance None), compare works, --resume refuses -- as for a CSV."""
+    for path in pair:
+        Path(f"{path}.meta.json").unlink()
+    a, b = (hcclsim.read_results(p) for p in pair)
+    assert a.attrs["provenance"] is None and b.attrs["provenance"] is None
+    pd.testing.assert_frame_equal(b, a, check_exact=True)
+    status, out, _ = run(capsys, "compare", str(pair[0]), str(pair[1]))
+    assert status == 0 and "of 6 common rows" in out
+    for path in pair:
+        status, _, err = run(capsys, *PAIR, "-o", str(path), "--resume")
+        assert status == 2 and f"--resume: '{path}' has no sidecar '{path}.meta.json'" in err, err
+
+
+def old_json(path: Path, rows: Path) -> None:
+    """path as hccl-bench wrote JSON before schema_version 2: one object, the metadata beside "rows", NaN
+    for empty counters (json.dumps' default), indent 2. rows: a CSV with its sidecar."""
+    meta = {**json.loads(Path(f"{rows}.meta.json").read_text()), "schema_version": 1}
+    records = pd.read_csv(rows).to_dict(orient="records")
+    path.write_text(json.dumps({**meta, "rows": records}, indent=2) + "\n")
+
+
+def test_a_schema_1_json_file_still_reads(capsys, pair):
+    csv, js = pair
+    old = js.with_name("old.json")
+    old_json(old, csv)
+    assert "NaN" in old.read_text()
+    back = hcclsim.read_results(old)
+    pd.testing.assert_frame_equal(back, hcclsim.read_results(csv), check_exact=True)
+    assert back.attrs["provenance"]["schema_version"] == 1 and back.attrs["provenance"]["topology"]["name"] == "switch8"
+    status, out, err = run(capsys, "compare", str(old), str(js))
+    assert (status, err) == (0, "") and "of 6 common rows" in out
+
+
+@pytest.mark.parametrize(("edit", "message"), [
+    (lambda rows: [*rows[:2], 7, *rows[2:]],
+     "not a hccl-bench results file: rows[2] is 7; expected a JSON list of row objects"),
+    (lambda rows: {"rows_": rows}, "not a hccl-bench results file: it holds an object without 'rows'"),
+    (lambda rows: [*rows[:1], {k: v for k, v in rows[1].items() if k != "time_us"}, *rows[2:]],
+     "rows[1].time_us: expected a finite number >= 0, got nothing (the key is absent)"),
+    (lambda rows: [*rows[:1], {k: v for k, v in rows[1].items() if k != "collective"}, *rows[2:]],
+     "rows[1].collective: expected a non-empty string, got nothing (the key is absent)"),
+])
+def test_a_broken_json_file_is_refused_naming_it(capsys, pair, edit, message):
+    _, js = pair
+    bad = js.with_name("bad.json")
+    bad.write_text(json.dumps(edit(json.loads(js.read_text()))))
+    shutil.copy(f"{js}.meta.json", f"{bad}.meta.json")
+    with pytest.raises(ConfigError, match=re.escape(f"results '{bad}': {message}")):
+        hcclsim.read_results(bad)
+    status, out, err = run(capsys, "compare", str(js), str(bad))
+    assert status == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith(f"hccl-bench: error: CURRENT '{bad}': {message}"), err
 
 
 def test_write_results_from_the_api(tmp_path):
@@ -137,17 +226,24 @@ def test_write_results_from_the_api(tmp_path):
 FIX_IT = "is not supported (this hccl-bench reads version 1); regenerate the file with this version's"
 
 
-def test_unsupported_json_refused_with_fix_it_message(capsys, tmp_path):
-    good = tmp_path / "good.json"
-    assert run(capsys, *SWEEP, "-o", str(good))[0] == 0
-    doc = json.loads(good.read_text())
-    doc["schema_version"] = 2
-    bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps(doc))
-    with pytest.raises(ConfigError, match=re.escape("schema_version 2 " + FIX_IT)):
+def test_unsupported_json_refused_with_fix_it_message(capsys, pair):
+    """A JSON file's sidecar must say 2, a version-1 file's embedded object 1: schema 99 is refused either way."""
+    csv, good = pair
+    bad = good.with_name("bad.json")
+    shutil.copy(good, bad)
+    meta = json.loads(Path(f"{good}.meta.json").read_text())
+    Path(f"{bad}.meta.json").write_text(json.dumps({**meta, "schema_version": 99}))
+    fix = FIX_IT.replace("version 1", "version 2")
+    with pytest.raises(ConfigError, match=re.escape(f"results '{bad}' sidecar '{bad}.meta.json': results "
+                                                    f"schema_version 99 {fix}")):
         hcclsim.read_results(bad)
     status, out, err = run(capsys, "compare", str(good), str(bad))
-    assert status == 2 and out == "" and "schema_version 2 " + FIX_IT in err
+    assert status == 2 and out == "" and f"CURRENT '{bad}' sidecar '{bad}.meta.json'" in err \
+        and "schema_version 99 " + fix in err
+    old_json(bad, csv)
+    bad.write_text(bad.read_text().replace('"schema_version": 1', '"schema_version": 99', 1))
+    with pytest.raises(ConfigError, match=re.escape(f"results '{bad}': results schema_version 99 {FIX_IT}")):
+        hcclsim.read_results(bad)
 
 
 def test_unsupported_sidecar_refused(capsys, tmp_path):

@@ -168,9 +168,9 @@ def test_a_row_of_the_wrong_width_is_refused(capsys, made):
 def test_an_invalid_json_row_is_refused(capsys, tmp_path):
     path = tmp_path / "r.json"
     assert run(capsys, *SWEEP, "-o", path)[0] == 0
-    doc = json.loads(path.read_text())
-    doc["rows"][1]["time_us"] = True
-    path.write_text(json.dumps(doc))
+    rows = json.loads(path.read_text())
+    rows[1]["time_us"] = True
+    path.write_text(json.dumps(rows))
     err = refused(capsys, tmp_path, *SWEEP, "-o", path, "--resume")
     assert f"'{path}' row 2: time_us is True, expected a finite number >= 0" in err, err
 
@@ -252,7 +252,7 @@ def test_an_interrupted_file_says_it_is_in_progress_and_resumes(capsys, monkeypa
     status, _, err = run(capsys, *SWEEP, *wider, "-o", path, "--resume")
     assert status == 0, err
     assert not partial.exists() and not Path(f"{partial}.meta.json").exists()
-    assert len(json.loads(path.read_text())["rows"]) == 6
+    assert len(json.loads(path.read_text())) == 6
 
 
 def test_rows_left_in_the_partial_file_after_the_final_one_was_written_count_once(capsys, tmp_path):
@@ -262,8 +262,27 @@ def test_rows_left_in_the_partial_file_after_the_final_one_was_written_count_onc
     csv = run(capsys, *SWEEP)[1]                                  # the same rows, as a crash would leave them
     partial = Path(sidecar(str(path)))
     partial.write_text(csv)
-    meta = {k: v for k, v in json.loads(want).items() if k != "rows"}
-    Path(f"{partial}.meta.json").write_text(json.dumps({**meta, "in_progress": True}))
+    meta = json.loads(Path(f"{path}.meta.json").read_text())
+    Path(f"{partial}.meta.json").write_text(json.dumps({**meta, "schema_version": 1, "in_progress": True}))
     status, _, err = run(capsys, *SWEEP, "-o", path, "--resume")
     assert status == 0, err
-    assert json.loads(path.read_text())["rows"] == json.loads(want)["rows"] and not partial.exists()
+    assert path.read_text() == want and not partial.exists()
+
+
+def test_a_json_file_of_schema_1_resumes_into_schema_2(capsys, monkeypatch, tmp_path):
+    """A file an earlier hccl-bench wrote (one object, the metadata beside "rows") is read, completed, and
+    written as a fresh sweep writes it: the rows as a list, the metadata in the sidecar."""
+    fresh = tmp_path / "fresh.json"
+    assert run(capsys, *SWEEP, "-o", fresh)[0] == 0
+    path = tmp_path / "r.json"
+    assert run(capsys, *SWEEP, "-e", "8K", "-o", path)[0] == 0               # 2 of the 3 rows
+    side = Path(f"{path}.meta.json")
+    meta = {**json.loads(side.read_text()), "schema_version": 1}
+    path.write_text(json.dumps({**meta, "rows": json.loads(path.read_text())}, indent=2) + "\n")
+    side.unlink()
+    computed = record_units(monkeypatch)
+    status, _, err = run(capsys, *SWEEP, "-o", path, "--resume")
+    assert status == 0, err
+    assert [size for _, _, _, size in computed] == [65536]                   # only the missing point
+    assert path.read_text() == fresh.read_text()
+    assert json.loads(side.read_text()) == json.loads(Path(f"{fresh}.meta.json").read_text())

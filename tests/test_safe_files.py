@@ -157,7 +157,7 @@ def test_every_final_file_goes_through_a_temporary_name(monkeypatch, tmp_path):
     df = pd.DataFrame({"a": [1]})
     report.write(df, str(tmp_path / "x.csv"), {"k": 1})
     report.write(df, str(tmp_path / "x.json"), {"k": 1})
-    assert [b for _, b in renamed] == ["x.csv", "x.csv.meta.json", "x.json"]
+    assert [b for _, b in renamed] == ["x.csv", "x.csv.meta.json", "x.json", "x.json.meta.json"]
     assert all(a.startswith(f".{b}.") and a.endswith(".tmp") for a, b in renamed)
 
 

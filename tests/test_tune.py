@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from helpers import run_cli as run
 
 import hcclsim.cli.tune as tune_module
+import hcclsim.sweeping.sweep as sweeping
 from hcclsim.analysis.tune import TUNE_COLUMNS, size_ranges
 from hcclsim.cli import cli
 from hcclsim.network.config import load_topology
@@ -152,9 +153,10 @@ def test_tune_table_json_and_output_file(capsys, tmp_path):
     assert status == 0
     doc = strict_json(out)                          # a missing runner-up is null, not NaN
     assert doc == strict_json(path.read_text())
-    assert doc["inputs"]["factor"] == 8 and doc["topology"]["name"] == "switch8"
-    assert list(doc["rows"][0]) == TUNE_COLUMNS
-    alone = [r for r in doc["rows"] if r["collective"] == "all_to_all"]   # only `direct` runs all_to_all here
+    meta = json.loads(Path(f"{path}.meta.json").read_text())
+    assert meta["inputs"]["factor"] == 8 and meta["topology"]["name"] == "switch8"
+    assert list(doc[0]) == TUNE_COLUMNS
+    alone = [r for r in doc if r["collective"] == "all_to_all"]   # only `direct` runs all_to_all here
     assert alone and all(r["runner_up"] == "" and r["margin"] is None for r in alone)
     csv_path = tmp_path / "t.csv"
     status, out, _ = run(capsys, "tune", "-t", "switch8", "-e", "1M", "-f", "8", "--format", "csv",
@@ -200,7 +202,7 @@ def test_bad_input_is_one_line_and_exit_2(capsys, argv, needle):
 def test_bad_output_fails_before_the_sweep(capsys, monkeypatch):
     def boom(*a, **k):
         raise AssertionError("the sweep ran")
-    monkeypatch.setattr(tune_module, "sweep", boom)
+    monkeypatch.setattr(sweeping, "sweep", boom)   # the command imports it when it runs
     status, _, err = run(capsys, "tune", "-o", "x.xlsx")
     assert status == 2 and "-o/--output" in err
 

@@ -33,18 +33,20 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
+import re
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from ..core.errors import ConfigError
+from ..core.names import TIERS
 from ..core.units import format_bandwidth, format_time
 from ..network import config
 from ..results.nccltests import Measurement
 from ..sweeping.sweep import sweep
 
-TIERS = ("scale_up", "scale_out")
 PARAMETERS = 2                    # latency and 1/bandwidth
 TIME_RESOLUTION = 1e-12           # s: the packet engine counts whole picoseconds; a latency error below is none
 
@@ -264,15 +266,29 @@ def _toml_value(v) -> str:
     return json.dumps(str(v), ensure_ascii=False)      # a TOML basic string
 
 
-def _table(lines, header, table):
+def _table(lines, header, table, notes):
     lines.append(f"[{header}]")
     for k, v in table.items():
         if not isinstance(v, dict):
+            lines += [f"# {notes[f'{header}.{k}']}"] if f"{header}.{k}" in notes else []
             lines.append(f"{k} = {_toml_value(v)}")
     for k, v in table.items():
         if isinstance(v, dict):
             lines.append("")
-            _table(lines, f"{header}.{k}", v)
+            _table(lines, f"{header}.{k}", v, notes)
+
+
+WARNING = ("# CALIBRATED: the constants marked 'fitted' below are measurements turned into constants, the opposite "
+           "of a\n# preset's sourced values. Use this file for predictions on that machine; never in validation.")
+
+
+def _document(head: list[str], doc: dict, notes: dict) -> str:
+    """The whole document (every table of the topology it started from) under the header comments."""
+    lines: list[str] = [WARNING, *head, ""]
+    for name, table in doc.items():
+        _table(lines, name, table, notes)
+        lines.append("")
+    return "\n".join(lines)
 
 
 def calibrated_doc(doc: dict, f: Fit) -> dict:
@@ -296,8 +312,366 @@ def to_toml(doc: dict, f: Fit, source: str, topology: str, collective: str, algo
         (f"# fit error over sizes (model vs measured time): mean {f.mean_abs_error:.2%}, "
         f"worst {f.worst_error:.2%}"),
         f"# {uncertainty(f)}",
-        "",
     ]
-    lines: list[str] = []
-    _table(lines, "topology", calibrated_doc(doc, f)["topology"])
-    return "\n".join(head + lines) + "\n"
+    return _document(head, calibrated_doc(doc, f), {})
+
+
+def with_se(p) -> str:
+    """'0.8102 ± 0.018' (no ± when there is no spare size to estimate it from)."""
+    return p.text(p.value) + ("" if p.se is None else f" ± {p.text(_round(p.se))}")
+
+
+def model_toml(doc: dict, f, source: str, topology: str, collective: str, algorithm: str) -> str:
+    """The calibrated file of an execution-model fit: the preset with the fitted keys changed."""
+    out = copy.deepcopy(doc)
+    notes = {}
+    for p in f.fitted:
+        parts = p.key.split(".")
+        node = out if parts[0] == "endpoint" else out["topology"]
+        prefix = "" if parts[0] == "endpoint" else "topology."
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = p.toml()
+        notes[prefix + p.key] = f"fitted from {Path(source).name}: {with_se(p)} (the preset had {p.text(p.nominal)})"
+    head = [
+        f"# Calibrated by `hccl-bench calibrate` from {source}",
+        (f"# topology {topology}, collective {collective}, algorithm {algorithm}, --launch {f.launch}, "
+         f"{len(f.sizes)} sizes ({f.sizes[0]}..{f.sizes[-1]} B)"),
+        *[f"# fitted {p.key}: {with_se(p)} (was {p.text(p.nominal)})" for p in f.fitted],
+        *[f"# kept {p.key} = {p.text(p.nominal)}: {p.why_kept}" for p in f.kept],
+        f"# protocols of the calibrated model: {f.crossovers()}",
+        (f"# fit error over sizes (model vs measured time): mean {f.mean_abs_error:.2%}, "
+         f"worst {f.worst_error:.2%}; ± is one standard error"),
+    ]
+    return _document(head, out, notes)
+
+
+# ----------------------------------------------------------------- the execution model (GPU presets)
+#
+# A preset with an [endpoint] protocol model (docs/execution.md) is not fitted as one latency and one
+# bandwidth: its time is a piecewise function of physical constants (protocol switches, channel counts,
+# caps, the launch floor), so the analytic engine stays in the loop. The parameters are the constants a
+# measurement can show: the exercised tier's `efficiency` (what the library pushes of the links' peak;
+# in-switch collectives: `in_switch_efficiency`), the launch overhead, each protocol's base latency (or the
+# in-switch latency) and the protocols' caps the preset sets. Those the measured sizes do not move are kept
+# as the preset has them, and so are those the data leave undetermined; the rest are fitted by damped
+# Gauss-Newton (Levenberg-Marquardt) on log(value / preset value), so every value stays positive, minimising
+# the same relative error as above, with forward differences of 0.1 % as the Jacobian (each column one sweep
+# call of every measured size; deterministic). An efficiency cannot exceed 1: a fit that needs more names
+# the fixed constant that caps the model instead (`Ceiling`).
+
+STEP = 1e-3                       # log-step of the finite differences: 0.1 % of a parameter
+EXERCISED = 1e-4                  # a parameter whose 0.1 % change moves no size's time by 0.00001 % is not seen
+MAX_ROUNDS = 20                   # Levenberg-Marquardt iterations (they converge in 3-8 on the presets)
+CONVERGED = 1e-4                  # a round that lowers the squared error by less than this share: done
+SLOWER = 0.05                     # model above the measurement by more than this at the largest size: capped
+
+
+@dataclass
+class Param:
+    key: str                      # the --set key
+    kind: str                     # 'rate' (an efficiency <= 1), 'time' (s) or 'bandwidth' (B/s)
+    nominal: float                # the preset's value
+    value: float = 0.0
+    se: float | None = None
+    why_kept: str = ""            # why it was not fitted ('' when fitted)
+
+    def text(self, v: float) -> str:
+        return {"time": format_time, "bandwidth": format_bandwidth}.get(self.kind, lambda x: f"{x:.4g}")(v)
+
+    def toml(self) -> object:
+        if self.kind == "time":
+            return format_time(self.value)
+        if self.kind == "bandwidth":
+            return f"{self.value / 1e9:.6g}GB/s"
+        return float(f"{self.value:.6g}")
+
+
+@dataclass
+class ModelFit:
+    tier: str | None
+    launch: str
+    params: list                  # Param, fitted first
+    sizes: np.ndarray
+    measured_us: np.ndarray
+    model_us: np.ndarray
+    protocols: list               # the model's protocol at each size
+
+    fitted = property(lambda self: [p for p in self.params if not p.why_kept])
+    kept = property(lambda self: [p for p in self.params if p.why_kept])
+    rel_error = property(lambda self: self.model_us / self.measured_us - 1.0)
+    mean_abs_error = property(lambda self: float(np.mean(np.abs(self.rel_error))))
+    worst_error = property(lambda self: float(np.max(np.abs(self.rel_error))))
+
+    def crossovers(self) -> str:
+        """'ll up to 2MiB, ll128 4MiB-32MiB, simple from 64MiB' over the measured sizes."""
+        runs, out = [], []
+        for s, p in zip(self.sizes, self.protocols):
+            if runs and runs[-1][0] == p:
+                runs[-1][2] = s
+            else:
+                runs.append([p, s, s])
+        for i, (p, lo, hi) in enumerate(runs):
+            span = (f"up to {_size(hi)}" if i == 0 else f"from {_size(lo)}" if i == len(runs) - 1
+                    else f"{_size(lo)}-{_size(hi)}")
+            out.append(f"{p} {span}" if len(runs) > 1 else f"{p} at every measured size")
+        return ", ".join(out)
+
+
+def _size(n: int) -> str:
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift}{unit}"
+    return f"{n}B"
+
+
+def uses_execution_model(topo) -> bool:
+    """A topology whose endpoint runs protocols (the GPU presets): fitted by `fit_model`."""
+    return topo.endpoint.protocol != "none"
+
+
+def _candidates(doc, topo, tier, algorithm, launch) -> list[Param]:
+    p = _prefix(tier)
+    table = doc["topology"][tier] if tier else doc["topology"]
+    ep = topo.endpoint
+    switch = algorithm.split(":")[0] == "in_switch"
+    out = [Param("endpoint.in_switch_efficiency", "rate", ep.in_switch_efficiency) if switch
+           else Param(f"{p}efficiency", "rate", float(table.get("efficiency", 1.0)))]
+    if launch != "device" and ep.launch_overhead > 0:
+        out.append(Param("endpoint.launch_overhead", "time", ep.launch_overhead))
+    if switch and ep.in_switch_latency > 0:
+        out.append(Param("endpoint.in_switch_latency", "time", ep.in_switch_latency))
+    for name in ("ll", "ll128", "simple"):
+        proto = getattr(ep, name)
+        if not switch and proto.base_latency > 0:
+            out.append(Param(f"endpoint.{name}.base_latency", "time", proto.base_latency))
+        for cap in ("bandwidth_cap", "channel_bandwidth"):
+            if getattr(proto, cap) > 0:
+                out.append(Param(f"endpoint.{name}.{cap}", "bandwidth", getattr(proto, cap)))
+    return out
+
+
+def _overrides(params, u, peak_key, peak) -> list[str]:
+    """--set items for the parameters at log-offsets u. An efficiency above 1 is a faster link at
+    efficiency 1 (only ever probed, never written: see Ceiling)."""
+    out = []
+    for prm, ui in zip(params, u):
+        v = prm.nominal * float(np.exp(ui))
+        if prm.kind == "rate":
+            if v > 1 and peak_key:
+                out.append(f"{peak_key}={json.dumps(f'{peak * v!r}B/s')}")
+            out.append(f"{prm.key}={min(v, 1.0)!r}")
+        else:
+            unit = "s" if prm.kind == "time" else "B/s"
+            out.append(f"{prm.key}={json.dumps(f'{v!r}{unit}')}")
+    return out
+
+
+class _Model:
+    """The analytic engine at the measured sizes, as a function of the parameters' log-offsets."""
+
+    def __init__(self, doc, name, label, collective, algorithm, m, dtype, launch, params, peak_key):
+        self.args = (doc, name, label, collective, algorithm, m, dtype, launch)
+        self.params, self.peak_key = params, peak_key
+        self.peak = 0.0
+        if peak_key:
+            from ..core.units import parse_bandwidth
+            node = doc["topology"]
+            for part in peak_key.split(".")[:-1]:
+                node = node[part]
+            self.peak = parse_bandwidth(node["bandwidth"], "bandwidth")
+
+    def rows(self, u, extra=()):
+        doc, name, label, collective, algorithm, m, dtype, launch = self.args
+        topo = config.build(doc, name, label, [*_overrides(self.params, u, self.peak_key, self.peak), *extra])
+        rows = sweep(topo, [collective], algorithm, m.size_bytes.tolist(), dtype=dtype, launch=launch).rows
+        if len(rows) != len(m.size_bytes):
+            raise ConfigError(f"--algorithm: expected one algorithm, got {rows['algorithm'].nunique()}")
+        return rows
+
+    def residual(self, u, extra=()) -> np.ndarray:
+        return self.rows(u, extra)["time_us"].to_numpy(np.float64) / self.args[5].time_us - 1.0
+
+    def jacobian(self, u, r, free) -> np.ndarray:
+        """d r / d u of the free parameters, by forward differences."""
+        cols = []
+        for i in np.flatnonzero(free):
+            step = np.zeros(len(u))
+            step[i] = STEP
+            cols.append((self.residual(u + step) - r) / STEP)
+        return np.column_stack(cols)
+
+
+def _levenberg_marquardt(model: _Model, u: np.ndarray, free: np.ndarray):
+    """Minimise |r(u)|^2 over u[free]; returns u, r, and the Jacobian of the free columns at u."""
+    r = model.residual(u)
+    lam = 1e-3
+    for _ in range(MAX_ROUNDS):
+        J = model.jacobian(u, r, free)
+        g, H = J.T @ r, J.T @ J
+        while True:
+            step = np.linalg.solve(H + lam * np.diag(np.diag(H) + 1e-12), -g)
+            trial = u.copy()
+            trial[free] = np.clip(u[free] + step, -7.0, 7.0)       # within e^+-7 (x1100) of the preset
+            rt = model.residual(trial)
+            if rt @ rt < r @ r:
+                break
+            lam *= 10
+            if lam > 1e4:                                            # no step downhill: a minimum
+                return u, r, J
+        gain = (r @ r - rt @ rt) / max(r @ r, 1e-300)
+        u, r, lam = trial, rt, max(lam / 10, 1e-6)
+        if gain < CONVERGED or np.max(np.abs(step)) < 1e-4:
+            break
+    return u, r, model.jacobian(u, r, free)
+
+
+def fit_model(doc: dict, name: str, label: str, collective: str, algorithm: str, m: Measurement, dtype: str,
+              launch: str, tier: str | None = "auto") -> ModelFit:
+    """Fit the execution model's physical constants to the measurement (module comment above)."""
+    hier = doc["topology"].get("kind") == "hierarchical"
+    if not hier and tier not in (None, "auto"):
+        raise ConfigError(f"--tier: {name} is a flat topology; it has one tier (omit --tier)")
+    check_measurement(m)
+    with numeric_errors(m.source):
+        if hier and tier in (None, "auto"):
+            tier = _pick_tier_model(doc, name, label, collective, algorithm, m, dtype, launch)
+        tier = tier if hier else None
+        topo = config.build(doc, name, label)
+        params = _candidates(doc, topo, tier, algorithm, launch)
+        peak_key = f"{_prefix(tier)}bandwidth" if params[0].key.endswith(".efficiency") or \
+            params[0].key == "efficiency" else ""
+        model = _Model(doc, name, label, collective, algorithm, m, dtype, launch, params, peak_key)
+        u = np.zeros(len(params))
+        r0 = model.residual(u)
+        J0 = model.jacobian(u, r0, np.ones(len(u), bool))
+        free = np.max(np.abs(J0), axis=0) >= EXERCISED
+        for p, seen in zip(params, free):
+            if not seen:
+                p.why_kept = "the measured sizes do not depend on it"
+        if not free[0]:
+            raise ConfigError(f"{m.source}: the model's time does not depend on {params[0].key} at these sizes; "
+                              f"nothing to fit it to (measure larger sizes)")
+        while True:
+            u, r, J = _levenberg_marquardt(model, u, free)
+            dropped = _undetermined(params, free, J, r, m.source)
+            if dropped is None:
+                break
+            free[dropped] = False
+            u[dropped] = 0.0
+        _check_ceiling(model, u, r, params, m, algorithm, name, tier)
+        se = _se(J, r)
+        for i, k in enumerate(np.flatnonzero(free)):
+            params[k].se = None if se is None else params[k].nominal * np.exp(u[k]) * se[i]
+        for p, ui in zip(params, u):
+            p.value = p.nominal * float(np.exp(ui))
+        rows = model.rows(u)
+    order = sorted(params, key=lambda p: bool(p.why_kept))
+    return ModelFit(tier, launch, order, m.size_bytes, m.time_us, rows["time_us"].to_numpy(np.float64),
+                    rows["protocol"].astype(str).tolist())
+
+
+def _se(J, r):
+    spare = len(r) - J.shape[1]
+    if spare < 1:
+        return None
+    return np.sqrt(float(r @ r) / spare * np.diag(np.linalg.pinv(J.T @ J)))
+
+
+def _undetermined(params, free, J, r, source):
+    """The index of a free parameter the data do not determine (collinear with the others, or a standard
+    error as large as its value), or None. The rate parameter is never dropped: its refusal is an error."""
+    idx = np.flatnonzero(free)
+    norms = np.max(np.abs(J), axis=0)
+    _, sv, vt = np.linalg.svd(J / np.where(norms > 0, norms, 1), full_matrices=False)
+    if sv[-1] <= sv[0] * 1e-6:
+        worst = [i for i in np.argsort(-np.abs(vt[-1])) if idx[i] != 0]
+        k = idx[worst[0]]
+        params[k].why_kept = "moves the times as the other parameters do at these sizes"
+        return k
+    se = _se(J, r)
+    if se is None:
+        return None
+    for i in np.argsort(-se):
+        if se[i] >= 1.0:                 # se(log v) >= 1: the standard error is as large as the value
+            k = idx[i]
+            if k == 0:
+                raise ConfigError(f"{source}: {r.size} sizes do not determine {params[0].key} (one standard error is as "
+                                  f"large as the value); measure larger sizes, where it matters")
+            params[k].why_kept = "not determined by these times (standard error >= its value)"
+            return k
+    return None
+
+
+def _pick_tier_model(doc, name, label, collective, algorithm, m, dtype, launch) -> str:
+    """The tier whose efficiency the largest measured size depends on most."""
+    slow = {}
+    for t in TIERS:
+        eff = float(doc["topology"][t].get("efficiency", 1.0))
+        rows = sweep(config.build(doc, name, label, [f"{t}.efficiency={eff / 2!r}"]), [collective], algorithm,
+                     m.size_bytes[-1:].tolist(), dtype=dtype, launch=launch).rows
+        slow[t] = float(rows["time_us"].iloc[-1])
+    return max(TIERS, key=lambda t: slow[t])
+
+
+def _check_ceiling(model, u, r, params, m, algorithm, name, tier) -> None:
+    """Refuse a fit that needs an efficiency above 1 or stays slower than the largest sizes: name the
+    fixed constant that caps the model there and the value that would reach the measurement."""
+    rate = params[0]
+    eff = rate.nominal * float(np.exp(u[0]))
+    if eff <= 1.0 + 1e-6 and r[-1] <= SLOWER:
+        return
+    at_one = u.copy()
+    at_one[0] = min(u[0], -np.log(rate.nominal))
+    base = model.residual(at_one)[-1] + 1.0
+    if base <= 1.0 + 1e-3 and eff <= 1.0 + 1e-6:
+        return
+    doc = model.args[0]
+    probes = [f"{t}.bandwidth" for t in TIERS] if "scale_up" in doc["topology"] else ["bandwidth"]
+    probes += ["endpoint.in_switch_efficiency"] if rate.key != "endpoint.in_switch_efficiency" else []
+    gains = {}
+    for key in probes:
+        value = _current(doc, key)
+        if value is None:
+            continue
+        v = value[0] * 1.25 if key.endswith("bandwidth") else 1.0
+        if not key.endswith("bandwidth") and value[0] >= 1.0:
+            continue
+        extra = [f"{key}={json.dumps(f'{v!r}B/s')}" if key.endswith("bandwidth") else f"{key}={v!r}"]
+        gains[key] = base - (model.residual(at_one, extra)[-1] + 1.0)
+    size, meas = int(m.size_bytes[-1]), float(m.time_us[-1])
+    key = max(gains, key=gains.get) if gains and max(gains.values()) > 1e-3 * base else None
+    fast = (f"at {_size(size)} it measured {meas:.6g} us, and {algorithm} on {name} takes {base * meas:.6g} us "
+            f"even with {rate.key} at 1 (its maximum)")
+    if key is None:
+        raise ConfigError(f"{m.source}: the measurement is faster than the model can be: {fast}; no fixed constant "
+                          f"moves it (is -a {algorithm} the algorithm the measurement ran?)")
+    value, text = _current(doc, key)
+    need = value * base if key.endswith("bandwidth") else None
+    what = (f"--set {key}={need / 1e9:.4g}GB/s if the hardware is that fast" if need else f"--set {key}=1")
+    raise ConfigError(f"{m.source}: the measurement is faster than the model can be: {fast}; it is capped by "
+                      f"{key} = {text}, which calibrate does not fit: {what}, or pass the algorithm the "
+                      f"measurement ran (-a)")
+
+
+def _current(doc, key):
+    """(value, as written) of a topology or endpoint key in the document, or None."""
+    from ..core.units import parse_bandwidth
+    parts = key.split(".")
+    node = doc if parts[0] == "endpoint" else doc["topology"]
+    for part in parts[:-1]:
+        node = node.get(part, {})
+    if parts[-1] not in node:
+        return None
+    raw = node[parts[-1]]
+    return (parse_bandwidth(raw, key) if key.endswith("bandwidth") else float(raw)), str(raw)
+
+
+_BANNER = re.compile(r"#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
+
+
+def launch_of(text: str) -> str:
+    """How nccl-tests launched the log's iterations, as validate's cases say it: `loop:G` when one thread
+    drives G > 1 GPUs ("# nThread 1 nGpus 8": G launches per iteration from one host thread), else `loop`."""
+    gpus = {int(m.group(2)) for m in _BANNER.finditer(text)}
+    return f"loop:{gpus.pop()}" if len(gpus) == 1 and min(gpus) > 1 else "loop"

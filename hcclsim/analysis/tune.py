@@ -80,12 +80,3 @@ def library_notes(ranges: pd.DataFrame) -> list[str]:
         out.append(f"{coll}: NCCL {NCCL_VERSION}'s cost model picks (simulated time vs the fastest): " + ", ".join(spans))
     return out
 
-
-def json_safe(df: pd.DataFrame) -> pd.DataFrame:
-    """NaN and infinite margins (no runner-up; a zero best time) as None, so JSON stays valid."""
-    out = df.astype(object)
-    for col in df.select_dtypes("number").columns:
-        out[col] = pd.Series([v if isinstance(v, int) or math.isfinite(v) else None for v in df[col].tolist()],
-                             index=df.index, dtype=object)
-    return out
-

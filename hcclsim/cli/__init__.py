@@ -6,6 +6,7 @@ Exit statuses: 0 success, 1 a performance gate failed, 2 invalid input,
 
 from __future__ import annotations
 
+import importlib
 import signal
 import sys
 import threading
@@ -15,18 +16,50 @@ import click
 
 from ..core.errors import HcclSimError
 from ..core.version import __version__
-from .calibrate import calibrate_cmd
-from .compare import compare_cmd
-from .import_ import import_cmd
-from .listing import algorithms_cmd, topologies_cmd
-from .plot import plot_cmd
-from .run import run_cmd
-from .sweep import sweep_cmd
-from .tune import tune_cmd
-from .validate import validate_cmd
+
+# Each command's module and its one-line help: `hccl-bench --help` prints these without importing any
+# command (they import numpy, pandas, numba when they run); tests/test_startup.py checks that each line is
+# the command's own short help.
+COMMANDS = {
+    "algorithms": ("listing", "algorithms_cmd",
+                   "List the algorithms: the collectives each implements, what it needs, and its options."),
+    "calibrate": ("calibrate", "calibrate_cmd", "Fit TOPOLOGY to a measurement of one collective."),
+    "compare": ("compare", "compare_cmd",
+                "Compare two results files (from `sweep -o`: .csv, .json or .parquet) and gate on regressions."),
+    "import": ("import_", "import_cmd",
+               "Convert nccl-tests / rccl-tests output (text or -J JSON) to hccl-bench's results columns."),
+    "plot": ("plot", "plot_cmd", "Plot results files (from `sweep -o`: .csv, .json or .parquet) against message size."),
+    "run": ("run", "run_cmd", "Run a study: sweeps, workload replays and overlap sections from a scenario TOML file."),
+    "sweep": ("sweep", "sweep_cmd", "Sweep message sizes for collectives and algorithms on one topology."),
+    "topologies": ("listing", "topologies_cmd",
+                   "List the built-in topology presets, or print one preset's TOML (to copy and edit)."),
+    "tune": ("tune", "tune_cmd",
+             "Find the fastest algorithm for each message-size range (every applicable algorithm is swept)."),
+    "validate": ("validate", "validate_cmd",
+                 "Compare presets with published nccl-tests / rccl-tests measurements (validation/*.toml)."),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+class LazyGroup(click.Group):
+    """A group whose commands are imported when one is run (or asked for its --help), not before."""
+
+    def list_commands(self, ctx):
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx, name):
+        if name not in COMMANDS:
+            return None
+        module, attr, _ = COMMANDS[name]
+        return getattr(importlib.import_module(f"{__name__}.{module}"), attr)
+
+    def format_commands(self, ctx, formatter):
+        limit = formatter.width - 6 - max(map(len, COMMANDS))
+        rows = [(name, click.Command(name, help=COMMANDS[name][2]).get_short_help_str(limit)) for name in sorted(COMMANDS)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
 @click.version_option(__version__, prog_name="hccl-bench")
 @click.option("--debug", is_flag=True, help="Show a traceback on internal errors.")
 @click.pass_context
@@ -36,18 +69,6 @@ def cli(ctx, debug):
     Start with `hccl-bench sweep` (AllReduce, every applicable algorithm, the dgx-h100 preset).
     """
     ctx.obj = {"debug": debug}
-
-
-cli.add_command(sweep_cmd)
-cli.add_command(tune_cmd)
-cli.add_command(topologies_cmd)
-cli.add_command(algorithms_cmd)
-cli.add_command(calibrate_cmd)
-cli.add_command(compare_cmd)
-cli.add_command(plot_cmd)
-cli.add_command(run_cmd)
-cli.add_command(validate_cmd)
-cli.add_command(import_cmd)
 
 
 def _fail(message: str, status: int) -> int:

@@ -7,8 +7,8 @@ import click
 
 from ..core import budget
 from ..core.errors import ConfigError
+from ..core.names import DEFAULT_PRESET
 from ..core.units import DTYPE_SIZE, parse_size
-from ..network.config import DEFAULT_PRESET, MAX_COUNT
 from ..network.params import PROTOCOLS
 
 
@@ -16,6 +16,8 @@ class SizeType(click.ParamType):
     name = "SIZE"
 
     def convert(self, value, param, ctx):
+        from ..network.config import MAX_COUNT
+
         try:
             n = parse_size(value, where=f"{param.opts[-1]}")
         except ConfigError as e:

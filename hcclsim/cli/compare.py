@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import shutil
 import sys
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from ..analysis import gate
 from ..core.errors import ConfigError
-from ..results.nccltests import align
-from ..results.read import load_results
-from ..results.safefile import replace_text
+
+if TYPE_CHECKING:
+    from ..analysis import gate
 
 FORMATS = ("table", "markdown")
 
@@ -25,7 +23,7 @@ FORMATS = ("table", "markdown")
               help="A row regresses when time_us rises or busbw_GBps falls by more than this.")
 @click.option("--fail-on", "fail_on", multiple=True, metavar="METRIC:THRESHOLD",
               help="A per-metric limit overriding --tolerance: time:+10%, busbw:-3% (repeatable; metrics: "
-                   f"{', '.join(gate.METRICS)}).")
+                   "time, busbw: hcclsim.analysis.gate.METRICS).")
 @click.option("--strict", is_flag=True, help="Also fail when a row is in only one of the two files.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True,
               help="What to print on stdout: a table, or markdown for a pull-request comment.")
@@ -48,6 +46,11 @@ def compare_cmd(baseline, current, tolerance, fail_on, strict, fmt, junit_file):
       hccl-bench compare base.json cur.json --fail-on busbw:-3% --fail-on time:+10%
       hccl-bench compare base.csv cur.csv --format markdown --junit gate.xml
     """
+    from ..analysis import gate
+    from ..results.nccltests import align
+    from ..results.read import load_results
+    from ..results.safefile import replace_text
+
     limits = gate.limits_from(gate.parse_tolerance(tolerance), fail_on)
     measured = align(load_results(baseline, "BASELINE"), load_results(current, "CURRENT"))
     result = gate.compare(*measured, limits, strict)
@@ -65,6 +68,10 @@ def compare_cmd(baseline, current, tolerance, fail_on, strict, fmt, junit_file):
 
 def render(c: gate.Comparison, file=None) -> None:
     """The regressions and improvements as a rich table, the rows in one file only, then the summary."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..analysis import gate
     width = max(shutil.get_terminal_size((160, 24)).columns, 160)
     con = Console(file=file, width=width, highlight=False, soft_wrap=False)
     changed = gate.changed_rows(c)
@@ -88,5 +95,7 @@ def render(c: gate.Comparison, file=None) -> None:
 
 
 def _change(value: float, status: str) -> str:
+    from ..analysis import gate
+
     text = gate.fmt_change(value)
     return {gate.REGRESSION: f"[red]{text}[/]", gate.IMPROVEMENT: f"[green]{text}[/]"}.get(status, text)

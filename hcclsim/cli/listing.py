@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import click
 
-from ..core.units import format_bandwidth, format_time
-from ..network.config import describe, load_topology, preset_names, source_text
-from ..results.report import render_list
-from ..schedule.algorithm import load_all, option_help
-
 
 @click.command("topologies")
 @click.argument("name", required=False)
 def topologies_cmd(name):
     """List the built-in topology presets, or print one preset's TOML (to copy and edit)."""
+    from ..core.units import format_bandwidth, format_time
+    from ..network.config import describe, load_topology, preset_names, source_text
+    from ..results.report import render_list
+
     if name:
         click.echo(source_text(name, where="topologies NAME"), nl=False)   # validated first
         return
@@ -31,6 +30,9 @@ def topologies_cmd(name):
 @click.command("algorithms")
 def algorithms_cmd():
     """List the algorithms: the collectives each implements, what it needs, and its options."""
+    from ..results.report import render_list
+    from ..schedule.algorithm import load_all, option_help
+
     rows = []
     for name, cls in load_all().items():
         opts = ", ".join(f"{o}={d}" for o, d, _ in option_help(cls)) or "-"

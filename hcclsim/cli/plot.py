@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from ..results import plot as P
+BY = ("algorithm", "file")        # hcclsim.results.plot.BY (tests/test_startup.py checks they agree)
 
 
 @click.command("plot")
@@ -13,7 +13,7 @@ from ..results import plot as P
               help="The picture to write; PNG or SVG from the suffix.")
 @click.option("--metric", default="busbw", show_default=True, metavar="busbw|time|algbw[,...]",
               help="What to plot against size; several, comma-separated, give one row of panels each.")
-@click.option("--by", type=click.Choice(P.BY), default="algorithm", show_default=True,
+@click.option("--by", type=click.Choice(BY), default="algorithm", show_default=True,
               help="One line per algorithm, or per file (to compare runs).")
 @click.option("-c", "--collective", metavar="NAME[,NAME...]",
               help="Only these collectives (default: every collective in the files, one panel each).")
@@ -32,6 +32,8 @@ def plot_cmd(files, output, metric, by, collective):
       hccl-bench plot ar.csv -o ar.svg --metric busbw,time
       hccl-bench plot base.csv cur.csv --by file -c all_reduce -o runs.png
     """
+    from ..results import plot as P
+
     collectives = [c for c in (collective or "").split(",") if c.strip()]
     written = P.plot_files(list(files), output, P.parse_metrics(metric), by, collectives or None)
     click.echo(f"hccl-bench: wrote {written}", err=True)

@@ -7,23 +7,13 @@ import sys
 import click
 
 from ..core.errors import ConfigError
-from ..core.units import parse_time
-from ..engine.execution import Noise
-from ..network.config import load_topology
-from ..results.nccltests_format import to_nccl_tests
-from ..results.provenance import metadata
-from ..results.report import FORMATS, output_format, render_table, to_csv, to_json
-from ..results.safefile import OutputLock
-from ..results.trace import write_trace
-from ..schedule import collectives as C
-from ..sweeping.sweep import parse_engines, size_grid, sweep
-from ._long import run as long_run
+from ..core.names import ALL_REDUCE, COLLECTIVES, FORMATS
 from ._options import grid_options, max_memory_option, with_protocol
 
 
 @click.command("sweep")
-@click.option("-c", "--collective", default=C.ALL_REDUCE, show_default=True, metavar="NAME[,NAME...]|all",
-              help=f"Collective(s): {', '.join(C.COLLECTIVES)} (NCCL spellings such as allreduce accepted).")
+@click.option("-c", "--collective", default=ALL_REDUCE, show_default=True, metavar="NAME[,NAME...]|all",
+              help=f"Collective(s): {', '.join(COLLECTIVES)} (NCCL spellings such as allreduce accepted).")
 @click.option("-a", "--algorithm", default="all", show_default=True, metavar="NAME[,NAME...]|all",
               help="Algorithm(s), each optionally with options (ring:channels=2). 'all' = every applicable one; "
                    "see `hccl-bench algorithms`.")
@@ -79,13 +69,24 @@ def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, fa
       hccl-bench sweep -t dgx-h100 -a ring,in_switch -b 8 -e 1G -f 2 --format nccl-tests > sim.log
       hccl-bench sweep -t mtia300-rack --launch device --iters 100 --skew 2us --jitter 500ns --seed 1
     """
+    from ..core.units import parse_time
+    from ..engine.execution import Noise
+    from ..network.config import load_topology
+    from ..results.nccltests_format import to_nccl_tests
+    from ..results.provenance import metadata
+    from ..results.report import output_format, render_table, to_csv, to_json
+    from ..results.safefile import OutputLock
+    from ..results.trace import write_trace
+    from ..sweeping.sweep import parse_engines, size_grid, sweep
+    from ._long import run as long_run
+
     if output is not None:
         output_format(output)
         click.get_current_context().with_resource(OutputLock(output))     # held until the command ends
     overrides = with_protocol(overrides, protocol)
     topo = load_topology(topology, overrides)
     sizes = size_grid(minbytes, maxbytes, factor)
-    colls = list(C.COLLECTIVES) if collective.strip() == "all" else [c for c in collective.split(",") if c.strip()]
+    colls = list(COLLECTIVES) if collective.strip() == "all" else [c for c in collective.split(",") if c.strip()]
     parse_engines(engine)
     noise = Noise(iters, parse_time(skew, "--skew"), parse_time(jitter, "--jitter"), seed)
     if trace_file and not trace_file.endswith(".json"):
@@ -100,7 +101,6 @@ def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, fa
         click.echo(f"hccl-bench: skipped {algo} for {coll} on {topo.name}: {why}", err=True)
     if writer:
         writer.finish(result.rows)
-        meta = writer.meta                  # after --resume: the whole file's grid
     if trace_file:
         first = result.rows.iloc[0]
         write_trace(trace_file, topo, first.collective, first.algorithm, sizes[-1], dtype, root)
@@ -109,7 +109,7 @@ def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, fa
     if fmt == "csv":
         sys.stdout.write(to_csv(result.rows))
     elif fmt == "json":
-        sys.stdout.write(to_json(result.rows, meta))
+        sys.stdout.write(to_json(result.rows))
     elif fmt == "nccl-tests":
         sys.stdout.write(to_nccl_tests(result.rows, topo.local, minbytes, maxbytes, factor, iters))
     else:

@@ -6,21 +6,14 @@ import sys
 
 import click
 
-from ..analysis.tune import json_safe, library_notes, size_ranges
 from ..core.errors import ConfigError
-from ..network.config import load_topology
-from ..results.nccl_tuner import tuner_config
-from ..results.provenance import metadata
-from ..results.report import FORMATS, output_format, render_tune, to_csv, to_json, write, write_text
-from ..schedule import collectives as C
-from ..sweeping.library import selecting
-from ..sweeping.sweep import AUTO, LIBRARY, parse_engines, size_grid, sweep
+from ..core.names import ALL_REDUCE, COLLECTIVES, FORMATS
 from ._options import grid_options, max_memory_option, with_protocol
 
 
 @click.command("tune")
-@click.option("-c", "--collective", default=C.ALL_REDUCE, show_default=True, metavar="NAME[,NAME...]|all",
-              help=f"Collective(s): {', '.join(C.COLLECTIVES)}.")
+@click.option("-c", "--collective", default=ALL_REDUCE, show_default=True, metavar="NAME[,NAME...]|all",
+              help=f"Collective(s): {', '.join(COLLECTIVES)}.")
 @grid_options(minbytes="8", factor=2)
 @click.option("--engine", default="analytic", show_default=True, metavar="analytic|packet",
               help="The engine whose times decide.")
@@ -38,6 +31,14 @@ def tune_cmd(topology, collective, overrides, minbytes, maxbytes, factor, dtype,
       hccl-bench tune -t two-tier-128 -c all --format csv > tuner.csv
       hccl-bench tune -t dgx-h100 -c all --format nccl-tuner -o nccl_tuner.conf
     """
+    from ..analysis.tune import library_notes, size_ranges
+    from ..network.config import load_topology
+    from ..results.nccl_tuner import tuner_config
+    from ..results.provenance import metadata
+    from ..results.report import output_format, render_tune, to_csv, to_json, write, write_text
+    from ..sweeping.library import selecting
+    from ..sweeping.sweep import AUTO, LIBRARY, parse_engines, size_grid, sweep
+
     if output and fmt != "nccl-tuner":
         output_format(output)
     if len(parse_engines(engine)) != 1:
@@ -45,7 +46,7 @@ def tune_cmd(topology, collective, overrides, minbytes, maxbytes, factor, dtype,
     overrides = with_protocol(overrides, protocol)
     topo = load_topology(topology, overrides)
     sizes = size_grid(minbytes, maxbytes, factor)
-    colls = list(C.COLLECTIVES) if collective.strip() == "all" else [c for c in collective.split(",") if c.strip()]
+    colls = list(COLLECTIVES) if collective.strip() == "all" else [c for c in collective.split(",") if c.strip()]
     # beside the library's algorithms, auto as NCCL's model picks (library_* columns)
     result = sweep(selecting(topo), colls, f"{LIBRARY},{AUTO}", sizes, dtype=dtype, engine=engine)
     for coll, algo, why in result.skipped:
@@ -55,7 +56,7 @@ def tune_cmd(topology, collective, overrides, minbytes, maxbytes, factor, dtype,
                     given={"topology": topology, "collective": collective, "overrides": list(overrides),
                            "minbytes": minbytes, "maxbytes": maxbytes, "factor": factor})
     if output and fmt != "nccl-tuner":
-        write(json_safe(ranges) if output.lower().endswith(".json") else ranges, output, meta)
+        write(ranges, output, meta)
     if fmt == "nccl-tuner":
         text, notes = tuner_config(ranges, topo.domains)
         for note in notes:
@@ -66,7 +67,7 @@ def tune_cmd(topology, collective, overrides, minbytes, maxbytes, factor, dtype,
     elif fmt == "csv":
         sys.stdout.write(to_csv(ranges))
     elif fmt == "json":
-        sys.stdout.write(to_json(json_safe(ranges), meta))
+        sys.stdout.write(to_json(ranges))
     else:
         render_tune(ranges)
         for line in library_notes(ranges):

@@ -19,10 +19,14 @@ from pathlib import Path
 import numba
 
 
+def sources() -> list[Path]:
+    """Every source file of the hcclsim package (this file is hcclsim/core/jit.py)."""
+    return sorted(Path(__file__).resolve().parent.parent.rglob("*.py"))
+
+
 def _cache_dir() -> str:
-    root = Path(__file__).resolve().parent
     digest = hashlib.sha1()
-    for path in sorted(root.rglob("*.py")):
+    for path in sources():
         digest.update(path.read_bytes())
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hccl-bench"
     return str(base / f"numba-{digest.hexdigest()[:16]}")

@@ -304,7 +304,10 @@ def node_map_for(schedule: Schedule, topo: Topology, ranks) -> np.ndarray:
     """Schedule node id -> fabric node id, for a schedule of len(ranks) ranks placed on those ranks.
 
     A schedule's switch node nranks + d (domain d's reducing switch) becomes the reducing switch of
-    the fabric rank that the domain's first rank is placed on."""
+    the fabric rank that the domain's first rank is placed on; a fabric's rail switch l (a scale-out
+    reducing switch, which a schedule addresses by the fabric's own node id) becomes the scale-out
+    reducing switch of the fabric rank that rank l is placed on. A node with none is -1 (prepare
+    refuses a schedule that addresses it)."""
     ranks = np.asarray(ranks, np.int64)
     if len(ranks) != schedule.nranks or len(set(ranks.tolist())) != len(ranks) or ranks.min() < 0 \
             or ranks.max() >= topo.nranks:
@@ -312,11 +315,13 @@ def node_map_for(schedule: Schedule, topo: Topology, ranks) -> np.ndarray:
     out = np.empty(schedule.nnodes, np.int64)
     out[: schedule.nranks] = ranks
     L = schedule.shape[1]
+    rails = topo.out_reduce_switch[:L].tolist()
     for v in range(schedule.nranks, schedule.nnodes):
         d = v - schedule.nranks
-        out[v] = topo.reduce_switch[ranks[min(d * L, len(ranks) - 1)]]
-        if out[v] < 0:
-            raise ConfigError(f"ranks: the schedule reduces in a switch, but fabric rank {ranks[d * L]} has none")
+        if v in rails:
+            out[v] = topo.out_reduce_switch[ranks[rails.index(v)]]
+        else:
+            out[v] = topo.reduce_switch[ranks[min(d * L, len(ranks) - 1)]]
     return out
 
 
@@ -331,6 +336,8 @@ def prepare(schedule: Schedule, topo: Topology, block_elems: int, dtype_size: in
     src, dst = ex["src"], ex["dst"]
     if node_map is not None:
         src, dst = node_map[src], node_map[dst]
+        if min(src.min(initial=0), dst.min(initial=0)) < 0:
+            raise ConfigError("ranks: the schedule reduces in a switch that the fabric ranks it is placed on lack")
     offsets = s.layout.offsets(int(block_elems)) * dtype_size
     nch, nrun = s.tmpl[t, F_N], s.tmpl[t, F_NRUN]
     nbytes = nrun * (offsets[ex["schunk"] + nch] - offsets[ex["schunk"]])

@@ -13,6 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 from ..core.errors import ConfigError, suggest, unknown
+from ..core.names import DEFAULT_PRESET
 from ..core.units import parse_bandwidth, parse_flops, parse_size, parse_time
 from .params import (
     DEFAULT_ENDPOINT,
@@ -28,7 +29,14 @@ from .params import (
     PacketParams,
     Protocol,
 )
-from .topology import FLAT_KINDS, SCALE_OUT_KINDS, Topology, build_flat, build_hierarchical
+from .topology import (
+    FLAT_KINDS,
+    OUT_REDUCE_RAIL_ONLY,
+    SCALE_OUT_KINDS,
+    Topology,
+    build_flat,
+    build_hierarchical,
+)
 
 PACKET_KEYS = {"mtu", "switching", "switch_buffer", "switch_latency", "reduction_table_entries", "efficiency"}
 ENDPOINT_KEYS = {"message_engines", "issue_overhead", "reduction_bandwidth", "launch_overhead", "graph_generation",
@@ -41,8 +49,8 @@ FLAT_KEYS = {"description", "kind", "ranks", "bandwidth", "latency", "in_switch_
 HIER_KEYS = {"description", "kind", "scale_up", "scale_out"}
 TOP_TABLES = ("topology", "endpoint")
 UP_KEYS = {"kind", "ranks", "bandwidth", "latency", "in_switch_reduce"} | PACKET_KEYS
-OUT_KEYS = {"kind", "domains", "bandwidth", "latency", "oversubscription", "leaf_size", "spines"} | PACKET_KEYS
-DEFAULT_PRESET = "dgx-h100"
+OUT_KEYS = {"kind", "domains", "bandwidth", "latency", "oversubscription", "leaf_size", "spines",
+            "in_switch_reduce"} | PACKET_KEYS
 
 
 def preset_dir():
@@ -222,18 +230,9 @@ def _dims(v, where):
     return (v[0], v[1])
 
 
-def build(doc: dict, name: str, label: str, overrides: list[str] = ()) -> Topology:
-    """Validate a parsed document (with overrides applied) and build its topology."""
-    doc = copy.deepcopy(doc)
-    for key in doc:
-        if key not in TOP_TABLES:
-            raise ConfigError(f"{label}: unknown top-level table or key {key!r}{suggest(key, TOP_TABLES)}; "
-                              f"expected [topology] and optionally [endpoint]")
-    if not isinstance(doc.get("topology"), dict):
-        raise ConfigError(f"{label}: the [topology] table is missing")
-    if "endpoint" in doc["topology"]:
-        raise ConfigError(f"{label}: topology.endpoint: the endpoint keys now live in a top-level [endpoint] "
-                          f"table; rename [topology.endpoint] to [endpoint]")
+def apply_overrides(doc: dict, overrides: list[str]) -> set[str]:
+    """Set each --set KEY=VALUE in the parsed document, in place (calibrate writes the result out);
+    the keys set, for messages. The values are checked where the document is built."""
     overridden = set()
     for item in overrides:
         path, value = parse_override(item)
@@ -248,6 +247,22 @@ def build(doc: dict, name: str, label: str, overrides: list[str] = ()) -> Topolo
             node = node[part]
         node[path[-1]] = value
         overridden.add(".".join(path))
+    return overridden
+
+
+def build(doc: dict, name: str, label: str, overrides: list[str] = ()) -> Topology:
+    """Validate a parsed document (with overrides applied) and build its topology."""
+    doc = copy.deepcopy(doc)
+    for key in doc:
+        if key not in TOP_TABLES:
+            raise ConfigError(f"{label}: unknown top-level table or key {key!r}{suggest(key, TOP_TABLES)}; "
+                              f"expected [topology] and optionally [endpoint]")
+    if not isinstance(doc.get("topology"), dict):
+        raise ConfigError(f"{label}: the [topology] table is missing")
+    if "endpoint" in doc["topology"]:
+        raise ConfigError(f"{label}: topology.endpoint: the endpoint keys now live in a top-level [endpoint] "
+                          f"table; rename [topology.endpoint] to [endpoint]")
+    overridden = apply_overrides(doc, overrides)
     endpoint = _endpoint(doc, label, overridden)
     top = _Table(doc["topology"], "topology", label, overridden)
     kind = top.get("kind", _choice([*FLAT_KINDS, "hierarchical"]), required=True)
@@ -262,6 +277,9 @@ def build(doc: dict, name: str, label: str, overrides: list[str] = ()) -> Topolo
         if up.get("in_switch_reduce", _bool, False) and up_kind != "switch":
             raise ConfigError(f"{up.where('in_switch_reduce')}: only a 'switch' scale-up can reduce in the switch")
         out_kind = out.get("kind", _choice(SCALE_OUT_KINDS), required=True)
+        out_reduce = out.get("in_switch_reduce", _bool, False)
+        if out_reduce and out_kind != "rail":
+            raise ConfigError(f"{out.where('in_switch_reduce')}: {OUT_REDUCE_RAIL_ONLY}; this one is {out_kind!r}")
         if out_kind == "rail":
             for key in ("oversubscription", "leaf_size", "spines"):
                 if key in out.data:
@@ -277,7 +295,7 @@ def build(doc: dict, name: str, label: str, overrides: list[str] = ()) -> Topolo
             domains, out.get("bandwidth", parse_bandwidth, required=True),
             out.get("latency", _time, 0.0), out.get("oversubscription", _number(1.0), 1.0),
             leaf_size, spec=spec, up_packet=_packet(up), out_packet=_packet(out), endpoint=endpoint,
-            spines=out.get("spines", _int(1), 1))
+            spines=out.get("spines", _int(1), 1), out_reduce=out_reduce)
     top.check_keys(FLAT_KEYS)
     dims = top.get("dims", _dims)
     if dims is not None and kind != "torus2d":

@@ -17,7 +17,8 @@ LINK LAYOUT (per kind; ``N`` ranks)
               k's uplink to spine s B + 2N + k*S + s and spine s's downlink to leaf k
               B + 2N + K*S + k*S + s (S spines; a flow takes spine hash(src, dst) mod S,
               equal-cost multipath); with one spine these are leaf k's aggregate links
-              B + 2N + K + k (K leaves).
+              B + 2N + K + k (K leaves). Rail switch l (rail kind) is node N + D' + l, D' the
+              scale-up switches (D for a switch scale-up, else 0).
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ SWITCH, RING, FULL_MESH, TORUS2D, HIERARCHICAL = 0, 1, 2, 3, 4
 FAT_TREE, RAIL = 0, 1
 FLAT_KINDS = {"switch": SWITCH, "ring": RING, "full_mesh": FULL_MESH, "torus2d": TORUS2D}
 SCALE_OUT_KINDS = {"fat_tree": FAT_TREE, "rail": RAIL}
+
+# why a scale-out tier other than rails cannot reduce (config.py reports it on the key)
+OUT_REDUCE_RAIL_ONLY = (
+    "only a 'rail' scale-out reduces in its switches (rail switch l holds NIC l of every domain); on a fat "
+    "tree a rail's ranks meet only in the spines, SHARP's aggregation tree over leaves and spines, which is "
+    "not modelled")
 
 # params[] layout
 P_KIND, P_N, P_X, P_Y = 0, 1, 2, 3                      # flat kinds (X, Y: torus only)
@@ -73,6 +80,9 @@ class Topology:
     link_tier: np.ndarray        # int8[nlinks]: index into tiers
     node_tier: np.ndarray        # int8[nnodes]: the tier of each switch node (-1 for ranks)
     endpoint: Endpoint = DEFAULT_ENDPOINT
+    # int32[N]: the scale-out switch that reduces for this rank (its rail switch, scale_out.in_switch_reduce),
+    # or -1; kept apart from reduce_switch, which algorithms read as the scale-up (NVLS) reduction point
+    out_reduce_switch: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32), compare=False)
     spec: dict = field(default_factory=dict, compare=False)   # the resolved [topology] table
     cache: dict = field(default_factory=dict, compare=False, repr=False, init=False)  # derived facts (orbits)
 
@@ -83,6 +93,10 @@ class Topology:
     @property
     def can_reduce_in_switch(self) -> bool:
         return bool(len(self.reduce_switch)) and bool(np.all(self.reduce_switch >= 0))
+
+    @property
+    def can_reduce_in_scale_out(self) -> bool:
+        return bool(len(self.out_reduce_switch)) and bool(np.all(self.out_reduce_switch >= 0))
 
     def route(self, src: int, dst: int) -> list[int]:
         """Link ids of the path src -> dst (Python convenience over route_kernel)."""
@@ -152,7 +166,10 @@ def route_kernel(params, src, dst, out):
     """Write the link ids of the path src -> dst into out; return how many.
 
     Nodes >= N are switches: in flat 'switch' topologies node N, in hierarchical
-    ones node N + d is domain d's scale-up switch (the in-switch reduction point).
+    ones node N + d is domain d's scale-up switch (the in-switch reduction point) and,
+    on a rail scale-out, the nodes after those the rail switches (the scale-out reduction
+    points): a rank off the switch's rail reaches it over NVLink through its domain's
+    rank on that rail, as cross-rail traffic does.
     """
     kind = params[P_KIND]
     n = params[P_N]
@@ -161,6 +178,17 @@ def route_kernel(params, src, dst, out):
         b = dst if dst < n else -1
         return _flat_route(kind, n, params[P_X], a, b, 0, out, 0)
     loc, upkind, ulinks = params[P_L], params[P_UPKIND], params[P_U]
+    nic = params[P_NICBASE]
+    rail0 = n + (params[P_D] if upkind == SWITCH else 0)       # the first rail switch
+    if params[P_OUTKIND] == RAIL and src >= rail0:             # rail switch -> its NIC in dst's domain -> dst
+        rl, dd = src - rail0, dst // loc
+        out[0] = nic + n + dd * loc + rl
+        return _flat_route(upkind, loc, 0, rl, dst % loc, dd * ulinks, out, 1)
+    if params[P_OUTKIND] == RAIL and dst >= rail0:             # src -> its domain's rank on the rail -> switch
+        rl, sd = dst - rail0, src // loc
+        k = _flat_route(upkind, loc, 0, src % loc, rl, sd * ulinks, out, 0)
+        out[k] = nic + sd * loc + rl
+        return k + 1
     if src >= n:
         d = src - n
         return _flat_route(upkind, loc, 0, -1, dst - d * loc, d * ulinks, out, 0)
@@ -170,7 +198,6 @@ def route_kernel(params, src, dst, out):
     sd, sl, dd, dl = src // loc, src % loc, dst // loc, dst % loc
     if sd == dd:
         return _flat_route(upkind, loc, 0, sl, dl, sd * ulinks, out, 0)
-    nic = params[P_NICBASE]
     k = 0
     if params[P_OUTKIND] == RAIL and sl != dl:
         # rail-optimized: cross-rail traffic first moves to the destination's rail
@@ -299,7 +326,8 @@ def build_hierarchical(name: str, up_kind: str, local: int, up_bw: float, up_lat
                        out_kind: str, domains: int, out_bw: float, out_lat: float, oversubscription: float = 1.0,
                        leaf_size: int | None = None, spec: dict | None = None,
                        up_packet: PacketParams = DEFAULT_PACKET, out_packet: PacketParams = DEFAULT_PACKET,
-                       endpoint: Endpoint = DEFAULT_ENDPOINT, spines: int = 1) -> Topology:
+                       endpoint: Endpoint = DEFAULT_ENDPOINT, spines: int = 1,
+                       out_reduce: bool = False) -> Topology:
     ucode = FLAT_KINDS[up_kind]
     if ucode == TORUS2D:
         raise TopologyError("topology.scale_up.kind: expected switch, ring or full_mesh")
@@ -307,6 +335,8 @@ def build_hierarchical(name: str, up_kind: str, local: int, up_bw: float, up_lat
         raise TopologyError(f"topology.scale_up.in_switch_reduce: only a 'switch' scale-up can reduce, "
                             f"not {up_kind!r}")
     ocode = SCALE_OUT_KINDS[out_kind]
+    if out_reduce and ocode != RAIL:
+        raise TopologyError(f"topology.scale_out.in_switch_reduce: {OUT_REDUCE_RAIL_ONLY}, not {out_kind!r}")
     n = domains * local
     leaf_size = leaf_size or local
     if ocode == FAT_TREE and n % leaf_size:
@@ -349,6 +379,7 @@ def build_hierarchical(name: str, up_kind: str, local: int, up_bw: float, up_lat
     params[P_SPINES] = spines if ocode == FAT_TREE else 1
     up_hops = _max_hops_flat(ucode, local, 0)
     red = (up_switch0 + r // local).astype(np.int32) if in_switch_reduce else np.full(n, -1, np.int32)
+    red_out = (out_sw0 + r % local).astype(np.int32) if out_reduce else np.full(n, -1, np.int32)
     topo = Topology(name=name, kind="hierarchical", nranks=n, domains=domains, local=local, params=params,
                     link_bw=bw, link_lat=lat, link_src=src, link_dst=dst, nnodes=out_sw0 + nout_sw,
                     max_hops=up_hops + 4, reduce_switch=red,
@@ -356,7 +387,7 @@ def build_hierarchical(name: str, up_kind: str, local: int, up_bw: float, up_lat
                            Tier("scale_out", out_kind, out_bw, out_lat, out_packet)),
                     link_tier=(np.arange(len(src)) >= nup_links).astype(np.int8),
                     node_tier=np.concatenate([np.full(n, -1), np.zeros(nup_sw), np.ones(nout_sw)]).astype(np.int8),
-                    endpoint=endpoint, spec=spec or {})
+                    endpoint=endpoint, out_reduce_switch=red_out, spec=spec or {})
     check_connected(topo)
     return topo
 

@@ -30,7 +30,7 @@ from ..core.errors import ConfigError
 from ..core.units import DTYPE_SIZE
 from ..schedule import collectives as C
 from ..sweeping.sweep import ROW_KEY
-from .provenance import merged, read_metadata, results_document, sidecar_path, write_sidecar
+from .provenance import json_rows, merged, read_metadata, read_sidecar, sidecar_path, write_sidecar
 from .read import COLUMN_TYPES, parse_column
 from .report import csv_float, output_format, write
 
@@ -89,14 +89,11 @@ def _nonempty(p: Path, where: str) -> bool:
 
 
 def _read_final(p: Path, where: str) -> tuple[pd.DataFrame, dict]:
-    """A finished JSON or Parquet file: its rows and its metadata (embedded, or its sidecar)."""
+    """A finished JSON or Parquet file: its rows and its metadata (its sidecar, or embedded in a JSON file
+    of schema_version 1, which the end of the sweep rewrites as version 2)."""
     if p.suffix.lower() == ".json":
-        try:
-            doc = results_document(p.read_text(encoding="utf-8"), where)
-        except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{where}: cannot read ({getattr(e, 'strerror', None) or e}); {LEFT}") from None
-        meta = _recorded({k: v for k, v in doc.items() if k != "rows"}, str(p))
-        return pd.DataFrame(doc["rows"]), meta
+        rows, embedded = json_rows(p, where)
+        return pd.DataFrame(rows), _recorded(read_sidecar(p, where) if embedded is None else embedded, str(p))
     meta = _recorded(read_metadata(p, where), str(p))
     try:
         return pd.read_parquet(p), meta

@@ -2,7 +2,8 @@
 
 A results file is trusted later only if it says what made it. ``metadata`` returns:
 
-    schema_version      the layout of results files (SCHEMA_VERSION); readers refuse other versions
+    schema_version      the layout of the file it describes (schema_version(): JSON_SCHEMA_VERSION for
+                        JSON, SCHEMA_VERSION for CSV and Parquet); readers refuse other versions
     hccl_bench_version  hcclsim.__version__
     git_revision        the commit of the source tree the package was loaded from, when it is a git
                         checkout (absent otherwise -- never an error)
@@ -18,7 +19,9 @@ A results file is trusted later only if it says what made it. ``metadata`` retur
     setup_sha256        sha256 of the canonical JSON of {topology, setup}: the inputs without the grid
                         (collectives, algorithms, sizes), which a resumed sweep may extend (merged())
 
-JSON results embed it; CSV and Parquet get a sidecar FILE.meta.json (docs/results.md).
+Every results file gets it in a sidecar FILE.meta.json (docs/results.md), so the file holds only rows:
+pandas.read_csv and pandas.read_json read them as they are. JSON files of schema_version 1 embedded it
+in an object next to 'rows'; they are still read.
 """
 
 from __future__ import annotations
@@ -34,8 +37,8 @@ from ..core.errors import ConfigError
 from ..core.version import __version__
 from .safefile import replace_text
 
-SCHEMA_VERSION = 1
-SUPPORTED_SCHEMA_VERSIONS = (1,)
+SCHEMA_VERSION = 1               # CSV and Parquet: the layout has not changed since the first one
+JSON_SCHEMA_VERSION = 2          # JSON: a list of row objects; version 1 was an object embedding the metadata
 SIDECAR_SUFFIX = ".meta.json"
 CANONICAL_INPUTS = ("collectives", "algorithm", "sizes", "dtype", "root", "engines", "stats")
 
@@ -141,67 +144,93 @@ def merged(previous: dict, meta: dict) -> dict:
 
 # --------------------------------------------------------------------------------------- files
 
+def schema_version(path) -> int:
+    """The schema_version this hccl-bench writes for a results file named path."""
+    return JSON_SCHEMA_VERSION if Path(path).suffix.lower() == ".json" else SCHEMA_VERSION
+
+
 def sidecar_path(path) -> Path:
-    """results.csv -> results.csv.meta.json"""
+    """results.csv -> results.csv.meta.json (results.json -> results.json.meta.json)"""
     return Path(str(path) + SIDECAR_SUFFIX)
 
 
+def sidecar_where(path, where: str) -> str:
+    return f"{where} sidecar {str(sidecar_path(path))!r}"
+
+
 def write_sidecar(path, meta: dict) -> Path:
+    """meta beside path, with path's schema_version."""
     side = sidecar_path(path)
-    replace_text(side, json.dumps(_plain(meta), indent=2) + "\n")
+    doc = {"schema_version": schema_version(path), **{k: v for k, v in meta.items() if k != "schema_version"}}
+    replace_text(side, json.dumps(_plain(doc), indent=2) + "\n")
     return side
 
 
-def check_schema(doc: dict, where: str) -> None:
-    """Refuse a results document (JSON results or a sidecar) whose schema_version this version cannot read."""
-    version = doc.get("schema_version")
-    if version not in SUPPORTED_SCHEMA_VERSIONS:
-        reads = ", ".join(map(str, SUPPORTED_SCHEMA_VERSIONS))
-        raise ConfigError(f"{where}: results schema_version {version!r} is not supported (this hccl-bench reads "
-                          f"version {reads}); regenerate the file with this version's `hccl-bench sweep "
-                          f"-o`, or compare it with the hccl-bench version that wrote it")
+def check_schema(doc: dict, where: str, version: int) -> None:
+    """Refuse a results document (a sidecar, or a version-1 JSON file) whose schema_version is not version."""
+    if doc.get("schema_version") != version:     # true == 1: hcclsim.results.read.check_metadata refuses it
+        raise ConfigError(f"{where}: results schema_version {doc.get('schema_version')!r} is not supported (this "
+                          f"hccl-bench reads version {version}); regenerate the file with this version's "
+                          f"`hccl-bench sweep -o`, or compare it with the hccl-bench version that wrote it")
 
 
-def _load_json(path: Path, where: str):
+def _text(path: Path, where: str) -> str:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{where}: cannot read ({getattr(e, 'strerror', None) or e})") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{where}: malformed JSON ({e})") from None
 
 
-def results_document(text: str, where: str) -> dict:
-    """A JSON results file's object, checked: an object with a supported schema_version and 'rows'."""
+def _load_json(text: str, where: str):
     try:
-        doc = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as e:
         raise ConfigError(f"{where}: malformed JSON ({e})") from None
-    if not isinstance(doc, dict) or "rows" not in doc:
-        raise ConfigError(f"{where}: not a hccl-bench results file (expected an object with 'schema_version' and "
-                          f"'rows', as `hccl-bench sweep -o FILE.json` writes)")
-    check_schema(doc, where)
-    if not isinstance(doc["rows"], list) or not all(isinstance(r, dict) for r in doc["rows"]):
-        raise ConfigError(f"{where}: 'rows' must be a list of objects")
+    except ValueError:                          # json's limit: integers of more than 4300 digits
+        raise ConfigError(f"{where}: malformed JSON (a number of more than 4300 digits)") from None
+
+
+def _not_results(where: str, what: str) -> ConfigError:
+    return ConfigError(f"{where}: not a hccl-bench results file: {what}; expected a JSON list of row objects "
+                       f"{{\"column\": value, ...}}, as `hccl-bench sweep -o FILE.json` writes")
+
+
+def json_rows(path, where: str) -> tuple[list[dict], dict | None]:
+    """A JSON results file's rows, checked to be objects, and the metadata a version-1 file embeds (None
+    for version 2, a plain list of rows whose metadata is in the sidecar)."""
+    doc = _load_json(_text(Path(path), where), where)
+    meta = None
+    if isinstance(doc, dict) and "rows" in doc:                         # schema_version 1
+        check_schema(doc, where, 1)
+        doc, meta = doc["rows"], {k: v for k, v in doc.items() if k != "rows"}
+    if not isinstance(doc, list):
+        shown = {dict: "an object without 'rows'", str: "a string", bool: json.dumps(doc), type(None): "null"}
+        raise _not_results(where, f"it holds {shown.get(type(doc), 'a number')}")
+    for i, row in enumerate(doc):
+        if not isinstance(row, dict):
+            raise _not_results(where, f"rows[{i}] is {json.dumps(row)[:40]}")
+    return doc, meta
+
+
+def read_sidecar(path, where: str) -> dict | None:
+    """path's sidecar, checked to be an object of path's schema_version; None when there is none."""
+    side = sidecar_path(path)
+    if not side.is_file():
+        return None
+    where = sidecar_where(path, where)
+    doc = _load_json(_text(side, where), where)
+    if not isinstance(doc, dict):
+        raise ConfigError(f"{where}: expected a JSON object")
+    check_schema(doc, where, schema_version(path))
     return doc
 
 
 def read_metadata(path, where: str | None = None) -> dict | None:
-    """The metadata of a results file: embedded (JSON) or its sidecar (CSV, Parquet); None when a CSV
-    or Parquet file has no sidecar. An unsupported schema_version is refused either way."""
-    p = Path(path)
+    """The metadata of a results file: its sidecar (embedded in a version-1 JSON file); None without
+    one. A schema_version this hccl-bench does not read is refused."""
     where = where or f"results {str(path)!r}"
-    if p.suffix.lower() == ".json":
-        try:
-            text = p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise ConfigError(f"{where}: cannot read ({getattr(e, 'strerror', None) or e})") from None
-        return {k: v for k, v in results_document(text, where).items() if k != "rows"}
-    side = sidecar_path(p)
-    if not side.is_file():
-        return None
-    doc = _load_json(side, f"{where} sidecar {str(side)!r}")
-    if not isinstance(doc, dict):
-        raise ConfigError(f"{where} sidecar {str(side)!r}: expected a JSON object")
-    check_schema(doc, f"{where} sidecar {str(side)!r}")
-    return doc
+    if Path(path).suffix.lower() == ".json":
+        embedded = json_rows(path, where)[1]
+        if embedded is not None:
+            return embedded
+    return read_sidecar(path, where)

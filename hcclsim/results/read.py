@@ -25,7 +25,7 @@ from ..core.errors import ConfigError
 from ..engine.execution import PERCENTILE_COLUMNS
 from ..sweeping.sweep import STAT_COLUMNS
 from .nccltests import is_log, log_table
-from .provenance import read_metadata, results_document, sidecar_path
+from .provenance import json_rows, read_sidecar, sidecar_where
 
 KEYS = ["collective", "algorithm", "topology", "ranks", "engine", "size_bytes", "dtype"]
 METRIC_COLUMNS = ["time_us", "busbw_GBps"]
@@ -70,20 +70,16 @@ def load_results(path: str, label: str = "results") -> pd.DataFrame:
         columns, rows = log_table(path)
         return _unique(_typed(columns, rows, False, lambda i, col: f"row {i + 1}, column {col}", where), where)
     try:
+        records, embedded = json_rows(p, where) if suffix == ".json" else (None, None)
+        if embedded is not None:                    # a JSON file of schema_version 1
+            check_metadata(embedded, where)
+        elif (meta := read_sidecar(p, where)) is not None:      # one of an unsupported version is refused
+            check_metadata(meta, sidecar_where(p, where))
         if suffix == ".json":
-            try:
-                doc = results_document(p.read_text(encoding="utf-8"), where)
-            except ValueError:                      # json's limit: integers of more than 4300 digits
-                raise ConfigError(f"{where}: malformed JSON (a number of more than 4300 digits)") from None
-            check_metadata(doc, where)
-            columns, rows, locate = _json_table(doc["rows"], where)
-            text = False
+            columns, rows, locate = _json_table(records, where)
         else:
-            meta = read_metadata(p, where)          # a sidecar FILE.meta.json of an unsupported version is refused
-            if meta is not None:
-                check_metadata(meta, f"{where} sidecar {str(sidecar_path(p))!r}")
             columns, rows, locate = _csv_table(p, where) if suffix == ".csv" else _parquet_table(p, where)
-            text = suffix == ".csv"
+        text = suffix == ".csv"
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{where}: cannot read ({getattr(e, 'strerror', None) or e})") from None
     return _unique(_typed(columns, rows, text, locate, where), where)

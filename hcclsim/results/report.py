@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -16,10 +17,9 @@ from ..core.errors import ConfigError
 from ..core.units import format_size
 from ..core.version import __version__
 from ..sweeping.best import best_per_size
-from .provenance import SCHEMA_VERSION, sidecar_path, write_sidecar
+from .provenance import sidecar_path, write_sidecar
 from .safefile import replace, replace_text
 
-FORMATS = ("table", "csv", "json")
 SPREAD_COLUMNS = ("time_us_p75", "time_us_p95", "time_us_min", "time_us_max")   # time (us) is the p50
 SPREAD_HEADERS = ("p75 (us)", "p95 (us)", "min (us)", "max (us)")
 
@@ -36,12 +36,14 @@ def to_csv(df: pd.DataFrame) -> str:
     return buf.getvalue()
 
 
-def to_json(df: pd.DataFrame, meta: dict | None = None) -> str:
-    # to_dict gives Python ints/floats, which json writes with full precision (to_json would round
-    # to 10 decimal places: 6e-5 GB/s would keep one digit).
-    doc = {"schema_version": SCHEMA_VERSION, "hccl_bench_version": __version__, **(meta or {}),
-           "rows": df.to_dict(orient="records")}
-    return json.dumps(doc, indent=2, default=str) + "\n"      # default=str: TOML dates in the spec
+def to_json(df: pd.DataFrame) -> str:
+    """Rows as a JSON list of objects, one a line, which pandas.read_json reads as the rows (the metadata
+    goes to the sidecar). to_dict gives Python ints and floats, which json writes exactly (DataFrame.to_json
+    would round to 10 decimal places: 6e-5 GB/s would keep one digit); NaN and infinities, which JSON
+    lacks (RFC 8259, section 6), are written as null."""
+    rows = [json.dumps({k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in r.items()})
+            for r in df.to_dict(orient="records")]
+    return "[" + ",".join(f"\n{r}" for r in rows) + "\n]\n"
 
 
 def output_format(path: str) -> str:
@@ -59,21 +61,21 @@ def output_format(path: str) -> str:
 
 
 def write(df: pd.DataFrame, path: str, meta: dict | None = None) -> None:
-    """Write rows to path; the format comes from the suffix (.csv, .json, .parquet). JSON embeds meta
-    (hcclsim.results.provenance.metadata); CSV and Parquet get it in a sidecar PATH.meta.json (without
-    meta, a sidecar left by an earlier file is removed: it would describe other rows). Each file is
-    written under a temporary name and renamed into place (hcclsim.results.safefile)."""
+    """Write rows to path; the format comes from the suffix (.csv, .json, .parquet), and meta
+    (hcclsim.results.provenance.metadata) goes to a sidecar PATH.meta.json (without meta, a sidecar left
+    by an earlier file is removed: it would describe other rows). Each file is written under a temporary
+    name and renamed into place (hcclsim.results.safefile)."""
     suffix = output_format(path)
     try:
         if suffix == ".csv":
             replace_text(path, to_csv(df))
         elif suffix == ".json":
-            replace_text(path, to_json(df, meta))
+            replace_text(path, to_json(df))
         else:
             replace(path, lambda tmp: df.to_parquet(tmp, index=False))
-        if meta is not None and suffix != ".json":
-            write_sidecar(path, {"schema_version": SCHEMA_VERSION, "hccl_bench_version": __version__, **meta})
-        elif suffix != ".json":
+        if meta is not None:
+            write_sidecar(path, {"hccl_bench_version": __version__, **meta})
+        else:
             sidecar_path(path).unlink(missing_ok=True)
     except OSError as e:
         raise ConfigError(f"-o/--output: cannot write {path!r} ({e.strerror or e})") from None

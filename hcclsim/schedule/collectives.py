@@ -11,11 +11,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.errors import ConfigError, unknown
+from ..core.names import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BROADCAST, COLLECTIVES, REDUCE, REDUCE_SCATTER
 from .ir import Layout
 
-ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST, REDUCE = (
-    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce")
-COLLECTIVES = (ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, ALL_TO_ALL, BROADCAST, REDUCE)
+__all__ = ["ALL_GATHER", "ALL_REDUCE", "ALL_TO_ALL", "BROADCAST", "COLLECTIVES", "REDUCE", "REDUCE_SCATTER"]
 # NCCL / nccl-tests spellings are accepted too.
 ALIASES = {"allreduce": ALL_REDUCE, "allgather": ALL_GATHER, "reducescatter": REDUCE_SCATTER,
            "alltoall": ALL_TO_ALL, "all2all": ALL_TO_ALL, "bcast": BROADCAST}

@@ -122,9 +122,14 @@ def _hierarchical(algo, problem, key) -> Dims:
     if coll == C.ALL_TO_ALL:           # an exchange along l, then one along d after the domain's barrier
         t = L + D
         return Dims(t, 2 * t + 2 * D * L, t * n, 4 * t * n + 2 * D * n * L * L, L * D * K)
-    up = 0 if L == 1 else {"ring": (L - 1) * K, "direct": L - 1}.get(intra, K * L)
+    c, Q = algo.parts(problem, key)                 # the intra phases' parts, the scale-out in-switch phase's
+    up = 0 if L == 1 else {"ring": (L - 1) * c, "direct": L - 1}.get(intra, c * L)
     n_up, n_out = (2, 2) if coll == C.ALL_REDUCE else (1, 1)
-    t = n_up * up + n_out * (D - 1) + (2 if coll in (C.BROADCAST, C.REDUCE) else 0)
+    # scale-out in-switch phases (inter=in_switch): all-reduce Q uploads and Q sends back; reduce-scatter
+    # and all-gather Q (D + 1), each send waiting for the D uploads of its part (or the D sends wait for one)
+    out = 0 if inter != "in_switch" or D == 1 else 2 * Q if coll == C.ALL_REDUCE else Q * (D + 1)
+    rails = out if inter == "in_switch" else n_out * (D - 1)
+    t = n_up * up + rails + (2 if coll in (C.BROADCAST, C.REDUCE) else 0)
     # a phase's first sends wait for the end of the previous phase: a ring's last sends (2 per channel),
     # a direct phase's barrier (n-1 templates over a domain or a rail), an in-switch phase's (1 template)
     first = {"ring": K, "direct": L, "in_switch": L}.get(intra, L) + (1 if inter == "ring" else D)
@@ -133,7 +138,8 @@ def _hierarchical(algo, problem, key) -> Dims:
     # Broadcast's scatter and Reduce's gather: (D-1) L instances waiting for every instance of the rail phase
     rooted = L * D * (n * (1 if inter == "ring" else D) + L) if coll in (C.BROADCAST, C.REDUCE) else 0
     entries = 2 * max(2 * K, L, D)                     # ready(): my end of the previous phase and my peer's
-    return Dims(t, 3 * t + 3 * first * entries, t * n, 4 * t * n + 3 * first * n * end + rooted, L * D * K)
+    return Dims(t, 3 * t + 3 * first * entries + out * (D + 2), t * n,
+                4 * t * n + 3 * first * n * end + rooted + out * n * (D + 2), L * D * K)
 
 
 RULES = {"ring": _ring, "direct": _direct, "direct_oneshot": _direct, "direct_twoshot": _direct,
