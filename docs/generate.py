@@ -344,6 +344,54 @@ def _cli(*args):
     return "\n".join("    " + line for line in lines)
 
 
+@functools.cache
+def _calibrated(log: str, topology: str, algorithm: str, collective: str, sets: str) -> tuple[str, str]:
+    """`hccl-bench calibrate` on a log: (its stdout, the calibrated TOML), once per run."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "fit.toml"
+        args = ["calibrate", str(DOCS.parent / log), "-t", topology, "-a", algorithm, "-c", collective,
+                "-o", str(path)]
+        for item in splitopts(sets):
+            args += ["--set", item]
+        out = cli_output(tuple(args))
+        return out, path.read_text(encoding="utf-8")
+
+
+@block("calibrate-fit")
+def _calibrate_fit(log, topology, algorithm, collective, sets="-"):
+    """The fitted parameters calibrate prints (its 'fitted ...' and following lines), as a code block."""
+    lines = _calibrated(log, topology, algorithm, collective, sets)[0].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("fitted"))
+    return "\n".join("    " + line for line in lines[start:] if not line.startswith("wrote "))
+
+
+@block("calibrate-predict")
+def _calibrate_predict(log, topology, algorithm, collective, sets, target_log, target_sets, minbytes):
+    """Calibrated on `log`, the busbw error (predicted / measured - 1) at the target log's sizes from
+    minbytes, as the range 'lo to hi': the error at a scale the fit did not see."""
+    import tempfile
+
+    from hcclsim.analysis.calibrate import launch_of
+    from hcclsim.network.config import load_topology
+    from hcclsim.results.nccltests import read
+    from hcclsim.sweeping.sweep import sweep
+
+    target = DOCS.parent / target_log
+    m = read(str(target), collective)
+    keep = m.size_bytes >= int(minbytes)
+    launch = launch_of(target.read_text(errors="replace"))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "fit.toml"
+        path.write_text(_calibrated(log, topology, algorithm, collective, sets)[1], encoding="utf-8")
+        rows = sweep(load_topology(str(path), splitopts(target_sets)), [collective], algorithm,
+                     [int(x) for x in m.size_bytes[keep]], launch=launch).rows
+    pred = dict(zip(rows.size_bytes, rows.time_us))
+    errors = [t / pred[int(s)] - 1 for s, t in zip(m.size_bytes[keep], m.time_us[keep])]  # = busbw ratio - 1
+    return f"{min(errors):+.0%} to {max(errors):+.0%}"
+
+
 @block("tune-first")
 def _tune_first(topology):
     """'`algo` at every size from X (T µs) to Y' or the list of ranges, from the tuner on one topology."""

@@ -61,7 +61,7 @@ def traced_peak(fn) -> int:
     ([*SWEEP, "-t", "switch8", "-a", "ring:channels=99999999"], "1.4e+09 templates"),
     ([*SWEEP, "-t", "switch8", "-a", "ring:chunks=100000000"], "1.4e+09 templates"),
     # 10^7 ranks: 2 x 10^7 links, refused before a link array exists
-    ([*SWEEP, "-t", "switch8", "--set", "ranks=10000000"], "building topology 'switch8' (10000000 ranks"),
+    ([*SWEEP, "-t", "switch8", "--set", "ranks=10000000"], "building topology 'switch8[ranks=10000000]' (10000000 ranks"),
     # 8 x 10^6 ranks on two tiers: 2n scale-up, 2n NIC and n/4 leaf-spine links
     ([*SWEEP, "-t", "two-tier-128", "--set", "scale_out.domains=1000000"], "(8000000 ranks, 34000000 links)"),
     # 10^9 iterations of one size: 48 bytes each

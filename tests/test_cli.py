@@ -88,8 +88,8 @@ def test_sweep_table_is_the_default_format(capsys):
     status, out, err = run(capsys, *SWEEP)
     assert (status, err) == (0, "")
     assert "all_reduce · ring · switch8 (8 ranks) · analytic" in out
-    for size, t in ((16, "14.00"), (256, "14.01"), (4096, "14.14")):
-        assert any(line.split()[:1] == [str(size)] and t in line.split() for line in out.splitlines()), out
+    for size, t in (("16", "14.00"), ("256", "14.01"), ("4K", "14.14")):          # sizes as nccl-tests flags
+        assert any(line.split()[:1] == [size] and t in line.split() for line in out.splitlines()), out
 
 
 def test_sweep_json_on_stdout(capsys):
@@ -187,7 +187,7 @@ ERRORS = [
     ([*SWEEP, "-b", "1.5"], ["'--minbytes': expected a whole number of bytes, got '1.5'"]),
     ([*SWEEP, "-e", "-4K"], ["'--maxbytes': expected a size such as 8, 64K, 1M or 1G, got '-4K'"]),
     ([*SWEEP, "--set", "ranks=0"], ["--set ranks: expected a whole number >= 1, got 0"]),
-    ([*SWEEP, "--set", "ranks=1"], ["ring cannot run all_reduce on switch8: a collective needs at least 2"]),
+    ([*SWEEP, "--set", "ranks=1"], ["ring cannot run all_reduce on switch8[ranks=1]: a collective needs at least 2"]),
     ([*SWEEP, "--set", "rank=4"], ["--set rank: unknown key (did you mean 'ranks'?)"]),
     ([*SWEEP, "--set", "bandwidth=fast"], ["--set bandwidth: expected a bandwidth such as 50GB/s"]),
     ([*SWEEP, "--set", "scale_out.domains=4"], ["--set scale_out.domains: there is no table 'scale_out'"]),

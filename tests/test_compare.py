@@ -89,7 +89,7 @@ def test_busbw_10_percent_lower_in_one_row_fails_and_names_it(capsys, base, tmp_
     assert (status, err) == (1, "")
     assert "FAIL: 1 regression, 0 improvements, 5 within limits" in out
     line = next(x for x in out.splitlines() if "regression " in x and "tree" in x)
-    assert "65536" in line and "-10.0%" in line and "+11.1%" in line
+    assert "64K" in line and "-10.0%" in line and "+11.1%" in line          # sizes as nccl-tests flags
     assert "ring" not in "".join(x for x in out.splitlines() if "regression " in x)
 
 
@@ -106,7 +106,7 @@ def test_improvements_are_reported_but_pass(capsys, base, tmp_path):
     assert status == 0
     assert "PASS: 0 regressions, 1 improvement" in out
     line = next(x for x in out.splitlines() if "improvement " in x)
-    assert "ring" in line and "4194304" in line and "+25.0%" in line and "-20.0%" in line
+    assert "ring" in line and "4M" in line and "+25.0%" in line and "-20.0%" in line
 
 
 def test_changes_within_the_tolerance_pass_and_beyond_it_fail(capsys, base, tmp_path):
@@ -462,3 +462,36 @@ def test_help_exits_0(capsys):
     for flag in ("--tolerance", "--fail-on", "--strict", "--format", "--junit"):
         assert flag in out
     assert CliRunner().invoke(cli, ["compare", "-h"]).exit_code == 0
+
+
+# ------------------------------------------------------------------------------ what-ifs (--set)
+
+def whatif(tmp_path, name, *overrides):
+    path = tmp_path / name
+    argv = ["sweep", "-t", "switch8", "-a", "ring", "-b", "1M", "-e", "4M", "-q", "-o", str(path)]
+    for item in overrides:
+        argv += ["--set", item]
+    assert CliRunner().invoke(cli, argv).exit_code == 0
+    return path
+
+
+def test_a_set_run_is_labelled_and_compare_says_how_the_inputs_differ(capsys, tmp_path):
+    """switch8 ring AllReduce at 1 and 4 MiB: 14 steps of S/8 over 50 vs 40 GB/s, so the times rise (they are
+    slower) and compare fails, naming the key that changed, with the rows matched on the preset's name."""
+    base, slower = whatif(tmp_path, "b.csv"), whatif(tmp_path, "c.csv", "bandwidth=40GB/s")
+    assert set(pd.read_csv(slower).topology) == {"switch8[bandwidth=40GB/s]"}
+    status, out, _ = run(capsys, "compare", base, slower)
+    assert status == 1 and "2 regressions, 0 improvements, 0 within limits, of 2 common rows" in out
+    assert "inputs differ: topology.bandwidth is 50GB/s in BASELINE, 40GB/s in CURRENT; topology.name is " \
+           "switch8 in BASELINE, switch8[bandwidth=40GB/s] in CURRENT" in out.replace("\n", " ")
+    status, out, _ = run(capsys, "compare", base, base)
+    assert status == 0 and "inputs differ" not in out
+
+
+def test_another_topology_is_not_matched_as_a_what_if(capsys, tmp_path):
+    """Only one preset's runs are matched across labels: switch8 against ring8 keeps 'no common rows'."""
+    base = whatif(tmp_path, "b.csv")
+    ring = tmp_path / "r.csv"
+    assert CliRunner().invoke(cli, ["sweep", "-t", "ring8", "-a", "ring", "-b", "1M", "-e", "4M", "-q", "-o",
+                                    str(ring)]).exit_code == 0
+    assert_error(*run(capsys, "compare", base, ring), "no common rows")

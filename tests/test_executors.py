@@ -21,8 +21,10 @@ from helpers import run_cli as run
 import hcclsim
 import hcclsim.cli._long as long_module
 from hcclsim.core.errors import ConfigError
+from hcclsim.network.config import load_topology
 from hcclsim.results.incremental import RowWriter
 from hcclsim.sweeping import executors
+from hcclsim.sweeping.sweep import size_grid, sweep
 
 # switch8, two collectives, every algorithm and auto, both engines, 16 B .. 64 KiB by 4: a dozen blocks, 7 sizes
 SWEEP = ["sweep", "-t", "switch8", "-c", "all_reduce,reduce_scatter", "-a", "all,auto", "--engine",
@@ -71,8 +73,11 @@ def test_dask_gives_the_rows_of_the_local_executor(capsys, tmp_path, cluster, cl
     assert status == 0 and "error" not in err, err
     assert out == local_csv and path.read_text() == local_csv
     ran = units_run_on(client, since)                               # on the cluster's workers, not here
-    blocks = (local_csv.count("\n") - 1) // (7 * 2)                  # a task per (collective, algorithm)
-    assert len(ran) == blocks and set(ran) <= set(client.scheduler_info()["workers"])
+    units = []                                                      # a task per unit: packet points, ...
+    sweep(load_topology("switch8"), ["all_reduce", "reduce_scatter"], "all,auto", size_grid(16, 64 << 10, 4),
+          engine="analytic,packet", on_start=units.extend)
+    assert len(ran) == len(units) and set(ran) <= set(client.scheduler_info()["workers"])
+    assert all(len(u.sizes) == 1 for u in units if u.engines == ("packet",) and u.label != "auto")
 
 
 def test_the_console_script_on_a_dask_cluster(cluster, local_csv):
@@ -318,7 +323,9 @@ def test_workers_must_run_this_hccl_bench(capsys, monkeypatch):
 FORK_CHECK = """
 import threading
 import pandas as pd
+from hcclsim.network.config import load_topology
 from hcclsim.sweeping import executors
+from hcclsim.sweeping.sweep import size_grid, sweep
 import hcclsim.cli._long as long_module
 from hcclsim.cli._long import _Progress
 from hcclsim.network.config import load_topology

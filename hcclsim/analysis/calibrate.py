@@ -166,12 +166,18 @@ def numeric_errors(source: str):
                           f"microseconds, as nccl-tests prints them") from None
 
 
-def fit(doc: dict, name: str, label: str, collective: str, algorithm: str, m: Measurement, dtype: str,
-        tier: str | None = None, iterations: int = 3) -> Fit:
-    """Fit latency and bandwidth of `tier` (None: flat topology; 'auto': pick it) to the measurement."""
+def two_tier(doc: dict, name: str, tier: str | None) -> bool:
+    """Whether the topology has two tiers; --tier on a flat one is refused."""
     hier = doc["topology"].get("kind") == "hierarchical"
     if not hier and tier not in (None, "auto"):
         raise ConfigError(f"--tier: {name} is a flat topology; it has one tier (omit --tier)")
+    return hier
+
+
+def fit(doc: dict, name: str, label: str, collective: str, algorithm: str, m: Measurement, dtype: str,
+        tier: str | None = None, iterations: int = 3) -> Fit:
+    """Fit latency and bandwidth of `tier` (None: flat topology; 'auto': pick it) to the measurement."""
+    hier = two_tier(doc, name, tier)
     check_measurement(m)
     with numeric_errors(m.source):
         if hier and tier in (None, "auto"):
@@ -529,9 +535,7 @@ def _levenberg_marquardt(model: _Model, u: np.ndarray, free: np.ndarray):
 def fit_model(doc: dict, name: str, label: str, collective: str, algorithm: str, m: Measurement, dtype: str,
               launch: str, tier: str | None = "auto") -> ModelFit:
     """Fit the execution model's physical constants to the measurement (module comment above)."""
-    hier = doc["topology"].get("kind") == "hierarchical"
-    if not hier and tier not in (None, "auto"):
-        raise ConfigError(f"--tier: {name} is a flat topology; it has one tier (omit --tier)")
+    hier = two_tier(doc, name, tier)
     check_measurement(m)
     with numeric_errors(m.source):
         if hier and tier in (None, "auto"):

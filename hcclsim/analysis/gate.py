@@ -28,7 +28,8 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import ConfigError, suggest
-from ..results.read import KEYS, describe, load_results
+from ..results.provenance import input_differences, read_metadata, shown
+from ..results.read import KEYS, describe, is_log, load_results
 
 # metric name on the command line -> (column, +1 if a rise is a regression, -1 if a fall is)
 METRICS = {"time": ("time_us", +1), "busbw": ("busbw_GBps", -1)}
@@ -100,6 +101,7 @@ class Comparison:
     limits: dict[str, float]
     strict: bool = False
     labels: tuple[str, str] = field(default=("BASELINE", "CURRENT"))
+    inputs: list[str] = field(default_factory=list)     # how the two files' inputs differ (their metadata)
 
     @property
     def regressions(self) -> pd.DataFrame:
@@ -140,9 +142,15 @@ def relative_change(base: pd.Series, cur: pd.Series) -> pd.Series:
 
 
 def compare(baseline: pd.DataFrame, current: pd.DataFrame, limits: dict[str, float] | None = None,
-            strict: bool = False, labels: tuple[str, str] = ("BASELINE", "CURRENT")) -> Comparison:
-    """Match the two normalised frames (load_results) on KEYS and classify each common row."""
+            strict: bool = False, labels: tuple[str, str] = ("BASELINE", "CURRENT"),
+            metadata: tuple[dict | None, dict | None] = (None, None)) -> Comparison:
+    """Match the two normalised frames (load_results) on KEYS and classify each common row. With both files'
+    metadata, say how their inputs differ; runs of one topology with other --set values (whose topology
+    names differ only by their [...] label) are then matched on the topology's own name."""
     limits = dict(limits or {m: DEFAULT_TOLERANCE for m in METRICS})
+    inputs = input_lines(*metadata, labels) if all(m is not None for m in metadata) else []
+    if inputs:
+        baseline, current = _unlabelled(baseline, current)
     merged = baseline.merge(current, on=KEYS, how="outer", suffixes=("_base", "_cur"), indicator=True)
     common = merged[merged["_merge"] == "both"].drop(columns="_merge").reset_index(drop=True)
     only_b = merged.loc[merged["_merge"] == "left_only", KEYS].reset_index(drop=True)
@@ -163,12 +171,42 @@ def compare(baseline: pd.DataFrame, current: pd.DataFrame, limits: dict[str, flo
         regressed |= worse
         improved |= better
     common["status"] = [REGRESSION if r else IMPROVEMENT if i else UNCHANGED for r, i in zip(regressed, improved)]
-    return Comparison(common, only_b, only_c, limits, strict, labels)
+    return Comparison(common, only_b, only_c, limits, strict, labels, inputs)
 
 
 def compare_files(baseline: str, current: str, limits: dict[str, float] | None = None,
                   strict: bool = False) -> Comparison:
-    return compare(load_results(baseline, "BASELINE"), load_results(current, "CURRENT"), limits, strict)
+    return compare(load_results(baseline, "BASELINE"), load_results(current, "CURRENT"), limits, strict,
+                   metadata=metadata_of(baseline, current))
+
+
+def metadata_of(*paths: str) -> tuple:
+    """Each results file's metadata (None for a log, or a file without any)."""
+    return tuple(None if is_log(p) else read_metadata(p) for p in paths)
+
+
+def input_lines(theirs: dict, ours: dict, labels: tuple[str, str], most: int = 4) -> list[str]:
+    """'inputs differ: topology.bandwidth is 450GB/s in BASELINE, 380GB/s in CURRENT; ...' (empty: the same)."""
+    differ = input_differences(theirs, ours)
+    given = [d for d in differ if ".resolved." not in d[0]]
+    if len(given) > 1 or (given and given[0][0] != "topology.name"):
+        differ = given                      # what the user wrote; the resolved values follow from it
+    if not differ:
+        return []
+    shown_ = "; ".join(f"{k} is {shown(a)} in {labels[0]}, {shown(b)} in {labels[1]}" for k, a, b in differ[:most])
+    more = f"; and {len(differ) - most} more" if len(differ) > most else ""
+    return [f"inputs differ: {shown_}{more}"]
+
+
+def _unlabelled(baseline: pd.DataFrame, current: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Both frames with their topology names stripped of the [--set ...] label, when that makes them one
+    topology (a what-if: the same preset, other values); else as they are."""
+    def base(df):
+        return df["topology"].astype(str).str.replace(r"\[.*\]$", "", regex=True)
+    a, b = base(baseline), base(current)
+    if set(a) != set(b) or (set(baseline["topology"]) == set(current["topology"])):
+        return baseline, current
+    return baseline.assign(topology=a), current.assign(topology=b)
 
 
 # ---------------------------------------------------------------------------------------- rendering
@@ -187,7 +225,7 @@ def changed_rows(c: Comparison) -> pd.DataFrame:
 
 
 def only_in_lines(c: Comparison) -> list[str]:
-    out = []
+    out = list(c.inputs)
     for label, part in ((c.labels[0], c.only_baseline), (c.labels[1], c.only_current)):
         if len(part):
             shown = "; ".join(describe(r) for _, r in part.head(SHOW_ONLY_IN).iterrows())

@@ -2,10 +2,14 @@
 --executor.
 
 run() wraps hcclsim.sweeping.sweep.sweep: the executor is opened first (a Dask cluster connected and checked,
-hcclsim.sweeping.executors.open_executor), finished blocks go to -o (or its sidecar) as they arrive
+hcclsim.sweeping.executors.open_executor), finished units' rows go to -o (or its sidecar) as they arrive
 (hcclsim.results.incremental), a rich progress bar shows on stderr when the sweep lasts over PROGRESS_DELAY
 seconds and stderr is a terminal, and Ctrl-C stops with exit status 130 and one line saying how many
-rows were kept and how to resume.
+rows were kept and how to resume. Before a packet-engine sweep estimated past NOTE_SECONDS starts, one
+line says its events and time (hcclsim.sweeping.cost); -q silences it and the bar.
+
+The bar counts points as units finish (a packet-engine point is a unit) and measures progress in the
+units' estimated seconds, so that its time left weighs a 64 MiB point as more than a 256 KiB one.
 
 The bar is redrawn by one thread of ours that does everything under a lock, registered with
 hcclsim.sweeping.executors.fork_safe, so the local executor may fork its workers while the bar runs.
@@ -43,13 +47,15 @@ class _Progress:
         if not self.enabled or not units:
             return
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn("points"), TimeElapsedColumn(),
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(),
+                            TextColumn("{task.fields[done]}/{task.fields[points]} points"), TimeElapsedColumn(),
+                            TextColumn("left"), TimeRemainingColumn(),
                             console=Console(stderr=True), transient=True, auto_refresh=False)
         first = units[0]
-        self.task = self.bar.add_task(f"{first.collective} {first.label}", total=sum(u.points for u in units))
+        self.task = self.bar.add_task(f"{first.collective} {first.label}", total=sum(_weight(u) for u in units),
+                                      done=0, points=sum(u.points for u in units))
         self.thread = threading.Thread(target=self._draw, name="hccl-bench progress", daemon=True)
         fork_safe(self.thread, self.lock)
         self.thread.start()
@@ -66,10 +72,13 @@ class _Progress:
                 if not self.done.is_set():
                     self.bar.refresh()
 
-    def advance(self, frame):
+    def advance(self, unit):
+        """One unit finished: its points done, its estimated seconds of the total."""
         if self.bar is not None:
-            row = frame.iloc[0]
-            self.bar.update(self.task, advance=len(frame), description=f"{row.collective} {row.algorithm}")
+            with self.lock:
+                done = self.bar.tasks[0].fields["done"] + unit.points
+                self.bar.update(self.task, advance=_weight(unit), done=done,
+                                description=f"{unit.collective} {unit.label}")
 
     def stop(self):
         if self.thread is None:
@@ -80,6 +89,20 @@ class _Progress:
         self.thread.join()
         forget_fork_safe(self.thread)
         self.thread = None
+
+
+def _weight(unit) -> float:
+    return max(unit.cost, 1e-6)
+
+
+def _note_estimate(units) -> None:
+    """Say what a long packet-engine sweep will take, before it starts."""
+    from ..sweeping import cost
+
+    seconds = cost.packet_seconds(units)
+    if seconds > cost.NOTE_SECONDS:
+        click.echo(f"hccl-bench: the packet engine will process ~{cost.count(cost.packet_events(units))} events, about "
+                   f"{cost.duration(seconds)} here (estimated from the schedules; --max-events caps it)", err=True)
 
 
 def _interrupted(e: BaseException) -> bool:
@@ -114,14 +137,14 @@ def _run(sweep, topo, colls, algorithm, sizes, *, dtype, root, engine, stats, ou
     previous = writer.previous if writer else None
     progress = _Progress(enabled=not quiet and sys.stderr.isatty())
 
-    def on_row(frame):
-        if writer:
-            writer(frame)
-        progress.advance(frame)
+    def on_start(units):
+        if not quiet:
+            _note_estimate(units)
+        progress.start(units)
 
     try:
         result = sweep(topo, colls, algorithm, sizes, dtype=dtype, root=root, engine=engine, stats=stats,
-                       on_row=on_row, previous=previous, jobs=jobs, on_start=progress.start)
+                       on_row=writer, previous=previous, jobs=jobs, on_start=on_start, on_unit=progress.advance)
     except (KeyboardInterrupt, SystemError) as e:
         # Ctrl-C inside a Numba kernel's call surfaces as "SystemError: ... returned a result with an
         # exception set", caused by the KeyboardInterrupt

@@ -71,3 +71,19 @@ def max_memory_option(fn):
         "--max-memory", metavar="SIZE", callback=_max_memory, expose_value=False,
         help=f"Memory one point may use (e.g. 8G); a point estimated past it is refused before it allocates "
              f"anything. [default: ${budget.ENV}, else 4G or half the physical memory if less]")(fn)
+
+
+def _max_events(ctx, param, value):
+    if value is not None:
+        from ..sweeping import cost  # numpy: only when the option is given, not for --help
+
+        ctx.with_resource(cost.limited(cost.parse(value, "--max-events")))
+
+
+def max_events_option(fn):
+    """--max-events N: the packet-engine events a sweep may take for the rest of the command
+    (hcclsim.sweeping.cost)."""
+    return click.option(
+        "--max-events", metavar="N", callback=_max_events, expose_value=False,
+        help="Packet-engine events the sweep may take (e.g. 2e9); a sweep estimated past it is refused before it "
+             "starts. [default: $HCCL_BENCH_MAX_EVENTS, else 1e10, about 8 minutes]")(fn)

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
 import sys
 
 from rich.console import Console
-from rich.table import Table
 
 from ..analysis import validate as V
 from ..core.version import __version__
+from ..results.report import Col, print_table
 
 
 def to_json(r: V.Result) -> str:
@@ -35,24 +34,26 @@ def _num(x: float, digits: int = 2) -> str:
 
 
 def render(r: V.Result, file=None) -> None:
-    con = Console(file=file or sys.stderr, width=max(shutil.get_terminal_size((200, 24)).columns, 200),
-                  highlight=False, soft_wrap=False)
+    """Per case the measured and predicted busbw and time per size, then the bands, in tables that fit the
+    terminal (hcclsim.results.report.print_table: the time columns go first when it is narrow), on stderr."""
+    file = file or sys.stderr
+    con = Console(file=file, highlight=False, soft_wrap=True)
     if not r.points.empty:
         for (val, case), pts in r.points.groupby(["validation", "case"], sort=False):
             first = pts.iloc[0]
             where = f"{first.preset} {first.overrides}".strip()
-            t = Table(title=f"{val}: {case} -- {first.collective} -a {first.algorithm} on {where}",
-                      title_justify="left", box=None, header_style="bold")
-            for col in ("size", "n", "measured busbw", "predicted", "error", "measured time (us)", "predicted",
-                        "error", "chosen"):
-                t.add_column(col, justify="left" if col == "chosen" else "right", no_wrap=True)
-            for s in V.per_size(pts).itertuples(index=False):
-                t.add_row(V.size_label(s.size_bytes), str(s.points), _num(s.measured_busbw_GBps),
-                          _num(s.predicted_busbw_GBps), _pct(s.busbw_error), _num(s.measured_time_us),
-                          _num(s.predicted_time_us), _pct(s.time_error), str(s.chosen))
-            con.print(t)
-            con.print()
-        render_summary(r, con)
+            per = list(V.per_size(pts).itertuples(index=False))
+            print_table(f"{val}: {case} -- {first.collective} -a {first.algorithm} on {where}", [
+                Col("size", [V.size_label(x.size_bytes) for x in per]),
+                Col("n", [str(x.points) for x in per], 4),
+                Col("busbw\nmeasured", [_num(x.measured_busbw_GBps) for x in per]),
+                Col("\npredicted", [_num(x.predicted_busbw_GBps) for x in per]),
+                Col("\nerror", [_pct(x.busbw_error) for x in per]),
+                Col("time (us)\nmeasured", [_num(x.measured_time_us) for x in per], 3),
+                Col("\npredicted", [_num(x.predicted_time_us) for x in per], 2),
+                Col("\nerror", [_pct(x.time_error) for x in per], 1),
+                Col("chosen", [str(x.chosen) for x in per], left=True)], file)
+        render_summary(r, file)
     for val, case, n, what in r.excluded:
         con.print(f"hccl-bench validate: {val}: {case}: excluded {n} rows of {what}", markup=False)
     for val, case, why in r.skipped:
@@ -64,16 +65,17 @@ def render(r: V.Result, file=None) -> None:
               f"{failed} out of tolerance", markup=False)
 
 
-def render_summary(r: V.Result, con: Console) -> None:
-    t = Table(title="bands (error = predicted / measured - 1; tolerance: every checked point)",
-              title_justify="left", box=None, header_style="bold")
-    for col in ("preset", "case", "band", "metric", "points", "mean |error|", "worst", "checked",
-                "worst checked", "tolerance", "status"):
-        t.add_column(col, justify="left" if col in ("preset", "case", "band", "metric", "status") else "right",
-                     no_wrap=True)
-    for s in r.summary.itertuples(index=False):
-        style = {V.FAIL: "red", V.PASS: "green"}.get(s.status, "dim")
-        t.add_row(s.preset, s.case, V.BAND_LABELS[s.band], s.metric, str(s.points), _pct(s.mean_abs_error)[1:],
-                  _pct(s.worst_error), str(s.checked), _pct(s.worst_checked_error),
-                  "" if not math.isfinite(s.tolerance) else f"{s.tolerance * 100:.0f}%", f"[{style}]{s.status}[/]")
-    con.print(t)
+def render_summary(r: V.Result, file) -> None:
+    rows = list(r.summary.itertuples(index=False))
+    print_table("bands (error = predicted / measured - 1; tolerance: every checked point)", [
+        Col("preset", [x.preset for x in rows], 3, left=True),
+        Col("case", [x.case for x in rows], left=True),
+        Col("band", [V.BAND_LABELS[x.band] for x in rows], left=True),
+        Col("metric", [x.metric for x in rows], left=True),
+        Col("points", [str(x.points) for x in rows], 1),
+        Col("mean\n|error|", [_pct(x.mean_abs_error)[1:] for x in rows]),
+        Col("\nworst", [_pct(x.worst_error) for x in rows]),
+        Col("\nchecked", [str(x.checked) for x in rows]),
+        Col("worst\nchecked", [_pct(x.worst_checked_error) for x in rows]),
+        Col("\ntolerance", ["" if not math.isfinite(x.tolerance) else f"{x.tolerance * 100:.0f}%" for x in rows]),
+        Col("\nstatus", [x.status for x in rows], left=True)], file)

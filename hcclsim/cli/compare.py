@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import sys
 from typing import TYPE_CHECKING
 
@@ -53,7 +52,7 @@ def compare_cmd(baseline, current, tolerance, fail_on, strict, fmt, junit_file):
 
     limits = gate.limits_from(gate.parse_tolerance(tolerance), fail_on)
     measured = align(load_results(baseline, "BASELINE"), load_results(current, "CURRENT"))
-    result = gate.compare(*measured, limits, strict)
+    result = gate.compare(*measured, limits, strict, metadata=gate.metadata_of(baseline, current))
     if junit_file:
         try:
             replace_text(junit_file, gate.to_junit(result))
@@ -67,35 +66,30 @@ def compare_cmd(baseline, current, tolerance, fail_on, strict, fmt, junit_file):
 
 
 def render(c: gate.Comparison, file=None) -> None:
-    """The regressions and improvements as a rich table, the rows in one file only, then the summary."""
+    """The regressions and improvements as a table that fits the terminal (sizes as nccl-tests flags; the
+    dtype, engine and ranks go first when it is narrow), the rows in one file only, then the summary."""
     from rich.console import Console
-    from rich.table import Table
 
     from ..analysis import gate
-    width = max(shutil.get_terminal_size((160, 24)).columns, 160)
-    con = Console(file=file, width=width, highlight=False, soft_wrap=False)
+    from ..core.units import format_size
+    from ..results.report import Col, print_table
+
     changed = gate.changed_rows(c)
     if len(changed):
-        t = Table(title="regressions and improvements", title_justify="left", box=None, header_style="bold")
-        for col in ("status", *gate.KEYS, "time (us)", "", "busbw (GB/s)", ""):
-            t.add_column(col, justify="left" if col in ("status", *gate.KEYS[:3], "engine", "dtype") else "right",
-                         no_wrap=True)
-        for _, r in changed.iterrows():
-            style = "red" if r.status == gate.REGRESSION else "green"
-            t.add_row(f"[{style}]{r.status}[/]", *(str(r[k]) for k in gate.KEYS),
-                      f"{gate.fmt_num(r.time_us_base)} → {gate.fmt_num(r.time_us_cur)}",
-                      _change(r.time_change, r.time_status),
-                      f"{gate.fmt_num(r.busbw_GBps_base)} → {gate.fmt_num(r.busbw_GBps_cur)}",
-                      _change(r.busbw_change, r.busbw_status))
-        con.print(t)
-        con.print()
+        rows = list(changed.itertuples(index=False))
+        cells = {k: [str(getattr(r, k)) for r in rows] for k in gate.KEYS}
+        cells["size_bytes"] = [format_size(int(r.size_bytes)) for r in rows]
+        drop = {"dtype": 3, "engine": 2, "ranks": 1}
+        print_table("regressions and improvements", [
+            Col("status", [r.status for r in rows], left=True),
+            *[Col("size" if k == "size_bytes" else k, cells[k], drop.get(k, 0), left=k not in ("ranks", "size_bytes"))
+              for k in gate.KEYS],
+            Col("time\n(us)", [f"{gate.fmt_num(r.time_us_base)} → {gate.fmt_num(r.time_us_cur)}" for r in rows]),
+            Col("", [gate.fmt_change(r.time_change) for r in rows]),
+            Col("busbw\n(GB/s)", [f"{gate.fmt_num(r.busbw_GBps_base)} → {gate.fmt_num(r.busbw_GBps_cur)}"
+                                  for r in rows]),
+            Col("", [gate.fmt_change(r.busbw_change) for r in rows])], file)
+    con = Console(file=file, highlight=False, soft_wrap=True)
     for line in gate.only_in_lines(c):
         con.print(line, markup=False)
     con.print(f"hccl-bench compare: {c.summary()}", markup=False)
-
-
-def _change(value: float, status: str) -> str:
-    from ..analysis import gate
-
-    text = gate.fmt_change(value)
-    return {gate.REGRESSION: f"[red]{text}[/]", gate.IMPROVEMENT: f"[green]{text}[/]"}.get(status, text)

@@ -8,7 +8,7 @@ import click
 
 from ..core.errors import ConfigError
 from ..core.names import ALL_REDUCE, COLLECTIVES, FORMATS
-from ._options import grid_options, max_memory_option, with_protocol
+from ._options import grid_options, max_events_option, max_memory_option, with_protocol
 
 
 @click.command("sweep")
@@ -54,11 +54,20 @@ from ._options import grid_options, max_memory_option, with_protocol
                    "the dask extra). Same rows either way.")
 @click.option("--scheduler", metavar="ADDRESS",
               help="The Dask scheduler of --executor dask, e.g. tcp://10.0.0.1:8786 (as `dask scheduler` prints).")
-@click.option("-q", "--quiet", is_flag=True, help="No progress bar on stderr.")
+@click.option("--summary-only", is_flag=True,
+              help="Table: print only the fastest algorithm per size, not each algorithm's block.")
+@click.option("--zero-bytes", is_flag=True,
+              help="Table: keep the sizes that round down to 0 bytes (AllGather, ReduceScatter and AllToAll split "
+                   "the size among ranks); the rows written always keep them.")
+@click.option("--vary", "varies", multiple=True, metavar="KEY=a,b,...",
+              help="Sweep a topology or endpoint key over these values (as --set KEY=[a,b,...]): one sweep per "
+                   "value (per combination with several), the value in a column named KEY (repeatable).")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bar and no notes on stderr (errors still print).")
 @max_memory_option
+@max_events_option
 def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, factor, dtype, protocol, root, engine,
               stats, trace_file, launch, iters, skew, jitter, seed, fmt, output, resume, jobs, executor, scheduler,
-              quiet):
+              summary_only, zero_bytes, varies, quiet):
     """Sweep message sizes for collectives and algorithms on one topology.
 
     \b
@@ -74,38 +83,53 @@ def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, fa
     from ..network.config import load_topology
     from ..results.nccltests_format import to_nccl_tests
     from ..results.provenance import metadata
-    from ..results.report import output_format, render_table, to_csv, to_json
+    from ..results.report import output_format, render_table, to_csv, to_json, without_zero_bytes, write
     from ..results.safefile import OutputLock
     from ..results.trace import write_trace
     from ..sweeping.sweep import parse_engines, size_grid, sweep
+    from ..sweeping.vary import combinations, split
     from ._long import run as long_run
 
     if output is not None:
         output_format(output)
         click.get_current_context().with_resource(OutputLock(output))     # held until the command ends
-    overrides = with_protocol(overrides, protocol)
-    topo = load_topology(topology, overrides)
+    fixed, axes = split(overrides, varies)
+    if axes and resume:
+        raise ConfigError("--resume: not with a varied key (--set KEY=[...] or --vary); write each value's sweep "
+                          "to its own file to resume it")
+    overrides = with_protocol(fixed, protocol)
+    combos = combinations(axes) or [[]]
+    topos = [load_topology(topology, [*overrides, *(f"{k}={v}" for k, v in combo)]) for combo in combos]
+    topo = topos[0]
     sizes = size_grid(minbytes, maxbytes, factor)
     colls = list(COLLECTIVES) if collective.strip() == "all" else [c for c in collective.split(",") if c.strip()]
     parse_engines(engine)
     noise = Noise(iters, parse_time(skew, "--skew"), parse_time(jitter, "--jitter"), seed)
     if trace_file and not trace_file.endswith(".json"):
         raise ConfigError(f"--trace: expected a file ending in .json, got {trace_file!r}")
+    given = {"topology": topology, "collective": collective, "overrides": list(overrides), "minbytes": minbytes,
+             "maxbytes": maxbytes, "factor": factor, **({"varied": dict(axes)} if axes else {})}
     meta = metadata(topo, collectives=colls, algorithm=algorithm, sizes=sizes, dtype=dtype, root=root, engine=engine,
-                    stats=stats, launch=launch, noise=noise, given={"topology": topology, "collective": collective, "overrides": list(overrides),
-                                        "minbytes": minbytes, "maxbytes": maxbytes, "factor": factor})
-    result, writer = long_run(sweep, topo, colls, algorithm, sizes, dtype=dtype, root=root, engine=engine, stats=stats,
-                              output=output, resume=resume, jobs=jobs, quiet=quiet, executor=executor,
-                              scheduler=scheduler, launch=launch, noise=noise, meta=meta)
+                    stats=stats, launch=launch, noise=noise, given=given)
+    results = []
+    for combo, one in zip(combos, topos):           # a what-if: one sweep per value, written together at the end
+        result, writer = long_run(sweep, one, colls, algorithm, sizes, dtype=dtype, root=root, engine=engine,
+                                  stats=stats, output=None if axes else output, resume=resume, jobs=jobs, quiet=quiet,
+                                  executor=executor, scheduler=scheduler, launch=launch, noise=noise, meta=meta)
+        results.append(result.with_columns(dict(combo)) if axes else result)
+    result = results[0].joined(results[1:]) if axes else result
+    note = (lambda text: None) if quiet else (lambda text: click.echo(f"hccl-bench: {text}", err=True))
     for coll, algo, why in result.skipped:
-        click.echo(f"hccl-bench: skipped {algo} for {coll} on {topo.name}: {why}", err=True)
+        note(f"skipped {algo} for {coll} on {topo.name}: {why}")
     if writer:
         writer.finish(result.rows)
+    elif axes and output:
+        write(result.rows, output, meta)
     if trace_file:
         first = result.rows.iloc[0]
         write_trace(trace_file, topo, first.collective, first.algorithm, sizes[-1], dtype, root)
-        click.echo(f"hccl-bench: wrote a packet-engine trace of {first.collective} {first.algorithm} at "
-                   f"{sizes[-1]} bytes to {trace_file}", err=True)
+        note(f"wrote a packet-engine trace of {first.collective} {first.algorithm} at {sizes[-1]} bytes to "
+             f"{trace_file}")
     if fmt == "csv":
         sys.stdout.write(to_csv(result.rows))
     elif fmt == "json":
@@ -113,4 +137,8 @@ def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, fa
     elif fmt == "nccl-tests":
         sys.stdout.write(to_nccl_tests(result.rows, topo.local, minbytes, maxbytes, factor, iters))
     else:
-        render_table(result.rows)
+        rows, notes = (result.rows, []) if zero_bytes else without_zero_bytes(result.rows)
+        for text in notes:
+            note(text)
+        for _, part in rows.groupby("topology", sort=False):      # a what-if: each value's tables in turn
+            render_table(part, summary_only=summary_only)

@@ -8,7 +8,7 @@ import click
 
 from ..core.errors import ConfigError
 from ..core.names import ALL_REDUCE, COLLECTIVES, FORMATS
-from ._options import grid_options, max_memory_option, with_protocol
+from ._options import grid_options, max_events_option, max_memory_option, with_protocol
 
 
 @click.command("tune")
@@ -22,6 +22,7 @@ from ._options import grid_options, max_memory_option, with_protocol
 @click.option("-o", "--output", metavar="FILE", help="Also write the ranges to FILE (.csv, .json or .parquet); with "
               "--format nccl-tuner, the config (any name, e.g. nccl_tuner.conf).")
 @max_memory_option
+@max_events_option
 def tune_cmd(topology, collective, overrides, minbytes, maxbytes, factor, dtype, protocol, engine, fmt, output):
     """Find the fastest algorithm for each message-size range (every applicable algorithm is swept).
 

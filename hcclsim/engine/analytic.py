@@ -46,7 +46,7 @@ from ..schedule.ir import (
     STREAM,
     Schedule,
 )
-from ..schedule.symmetry import equivariant, link_orbits
+from ..schedule.symmetry import schedule_orbits
 
 
 @dataclass(frozen=True)
@@ -238,15 +238,16 @@ def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, dep_kind, gr
 
 @njit
 def symmetric_kernel(tmpl, dep_ptr, dep_t, dep_kind, group_ptr, params, link_bw, link_lat, max_hops, orbit,
-                     orbit_size, nbytes, want_links, nranks, overhead, red_bw):
-    """analytic_kernel for equivariant schedules on a topology with the same symmetry.
+                     orbit_size, rank_orbit, rank_orbit_size, nbytes, want_links, nranks, overhead, red_bw):
+    """analytic_kernel for schedules whose instances a symmetry of the topology maps onto each other
+    (hcclsim.schedule.symmetry.schedule_orbits).
 
     Every instance of a template finishes at the same time, so only instance (0, 0)
     is walked; a link's sharers are its orbit's hops divided by the orbit's size, and a rank's
-    reductions of a group are the group's reductions into ranks divided by the ranks.
+    reductions of a group are its rank orbit's reductions divided by the orbit's ranks.
     nbytes[t, s]: the largest transfer of template t at size s.
     """
-    red = 0.0
+    red = np.zeros(len(rank_orbit_size))
     T, S = nbytes.shape
     norb = len(orbit_size)
     fin = np.zeros((T, S))
@@ -265,7 +266,7 @@ def symmetric_kernel(tmpl, dep_ptr, dep_t, dep_kind, group_ptr, params, link_bw,
             for k in range(h):
                 hops[orbit[links[k]]] += row[F_ID] * row[F_IL]
             if row[F_KIND] == PUT_REDUCE and dst < nranks:
-                red += row[F_ID] * row[F_IL]
+                red[rank_orbit[dst]] += row[F_ID] * row[F_IL]
         for t in range(t0, t1):
             row = tmpl[t]
             h = route_kernel(params, _aff(row, F_SRC, F_C3, 0, 0), _aff(row, F_DST, F_C3 + 1, 0, 0), links)
@@ -276,9 +277,9 @@ def symmetric_kernel(tmpl, dep_ptr, dep_t, dep_kind, group_ptr, params, link_bw,
                 lat += link_lat[lk]
                 x = hops[orbit[lk]] / orbit_size[orbit[lk]] / link_bw[lk]
                 inv = max(inv, x)
-            src = _aff(row, F_SRC, F_C3, 0, 0)
-            if red_bw > 0 and row[F_KIND] == PUT_REDUCE and _aff(row, F_DST, F_C3 + 1, 0, 0) < nranks:
-                inv = max(inv, red / nranks / red_bw)
+            src, dst = _aff(row, F_SRC, F_C3, 0, 0), _aff(row, F_DST, F_C3 + 1, 0, 0)
+            if red_bw > 0 and row[F_KIND] == PUT_REDUCE and dst < nranks:
+                inv = max(inv, red[rank_orbit[dst]] / rank_orbit_size[rank_orbit[dst]] / red_bw)
             for s in range(S):
                 start = 0.0
                 last_in = 0.0
@@ -303,7 +304,7 @@ def symmetric_kernel(tmpl, dep_ptr, dep_t, dep_kind, group_ptr, params, link_bw,
             h = route_kernel(params, _aff(row, F_SRC, F_C3, 0, 0), _aff(row, F_DST, F_C3 + 1, 0, 0), links)
             for k in range(h):
                 hops[orbit[links[k]]] = 0.0
-        red = 0.0
+        red[:] = 0.0
     return gmax, orbit_bytes
 
 
@@ -357,16 +358,14 @@ def run(schedule: Schedule, topo: Topology, block_elems, dtype_size: int, want_l
     block_elems = np.atleast_1d(np.asarray(block_elems, np.int64))
     ep = topo.endpoint
     noisy = release is not None or jitter > 0
-    orbits = None
-    if symmetric is not False and not noisy and equivariant(schedule):
-        orbits = link_orbits(topo, schedule.shape)
+    orbits = schedule_orbits(schedule, topo) if symmetric is not False and not noisy else None
     s = schedule
     if orbits is not None:
-        orbit, sizes = orbits
+        orbit, sizes = orbits.link, orbits.link_size
         nbytes = max_transfer_bytes(s, block_elems, dtype_size)
         t, ob = symmetric_kernel(s.tmpl, s.dep_ptr, s.dep_t, s.dep_kind, s.group_ptr, topo.params, topo.link_bw,
-                                 topo.link_lat, topo.max_hops, orbit, sizes, nbytes, want_links, topo.nranks,
-                                 ep.issue_overhead, ep.reduction_bandwidth)
+                                 topo.link_lat, topo.max_hops, orbit, sizes, orbits.rank, orbits.rank_size, nbytes,
+                                 want_links, topo.nranks, ep.issue_overhead, ep.reduction_bandwidth)
         links = ob[orbit] / sizes[orbit][:, None] if want_links else np.zeros((0, len(block_elems)))
         return Timing(time=t, link_bytes=links, transfers=s.ntransfers)
     offset, summarize, pool_rows = plan_pool(schedule)

@@ -436,9 +436,16 @@ def _bandwidth_or_zero(v, where):
 
 
 def load_topology(ref: str = DEFAULT_PRESET, overrides: list[str] = ()) -> Topology:
-    """A preset name or TOML path, with ``--set KEY=VALUE`` overrides, as a built Topology."""
+    """A preset name or TOML path, with ``--set KEY=VALUE`` overrides, as a built Topology. Its name says
+    the overrides (``dgx-h100[bandwidth=380GB/s]``), so rows and files show which inputs made them."""
     name, label, doc = resolve(ref)
-    return build(doc, name, label, overrides)
+    return build(doc, labelled(name, overrides), label, overrides)
+
+
+def labelled(name: str, overrides) -> str:
+    """``name[key=value,...]``: a topology's name with the --set items it was built with, as given."""
+    items = [item.strip().removeprefix("topology.").replace(" ", "") for item in overrides]
+    return f"{name}[{','.join(items)}]" if items else name
 
 
 def source_text(ref: str, where: str = "--topology") -> str:

@@ -30,7 +30,16 @@ from ..core.errors import ConfigError
 from ..core.units import DTYPE_SIZE
 from ..schedule import collectives as C
 from ..sweeping.sweep import ROW_KEY
-from .provenance import json_rows, merged, read_metadata, read_sidecar, sidecar_path, write_sidecar
+from .provenance import (
+    input_differences,
+    json_rows,
+    merged,
+    read_metadata,
+    read_sidecar,
+    shown,
+    sidecar_path,
+    write_sidecar,
+)
 from .read import COLUMN_TYPES, parse_column
 from .report import csv_float, output_format, write
 
@@ -121,41 +130,19 @@ def _recorded(meta: dict | None, name: str) -> dict:
     return meta
 
 
-def _flat(value, prefix: str = "") -> dict:
-    """{'topology.bandwidth': '50GB/s', ...}: nested objects flattened; lists of scalars kept whole."""
-    if isinstance(value, dict):
-        return {k: v for key in sorted(value) for k, v in _flat(value[key], f"{prefix}{key}.").items()}
-    if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
-        return {k: v for i, item in enumerate(value) for k, v in _flat(item, f"{prefix}{i}.").items()}
-    return {prefix[:-1]: value}
-
-
-def _shown(value) -> str:
-    if isinstance(value, list):
-        return ",".join(map(str, value)) or "[]"
-    return "(none)" if value is _MISSING else str(value)
-
-
-_MISSING = object()
-
-
 def _same_setup(previous: dict, meta: dict, name: str) -> None:
     """Refuse rows made with another setup, naming the first input that differs."""
-    theirs = _flat({"topology": previous["topology"], **previous["setup"]})
-    ours = _flat({"topology": meta["topology"], **meta["setup"]})
-    differ = sorted((k for k in theirs.keys() | ours.keys() if theirs.get(k, _MISSING) != ours.get(k, _MISSING)),
-                    key=lambda k: (".resolved." in k, k != "topology.name", k))   # as written before resolved
+    differ = input_differences(previous, meta)
     if not differ:
         if previous["setup_sha256"] != meta["setup_sha256"]:
             raise ConfigError(f"--resume: {name!r}: its setup_sha256 does not match its setup (edited?): "
                               f"not resumed; {LEFT}")
         return
-    first, rest = differ[0], differ[1:]
+    (first, theirs, ours), rest = differ[0], [k for k, _, _ in differ[1:]]
     more = f" ({len(rest)} more input{'s' * (len(rest) > 1)} differ{'s' * (len(rest) == 1)}: " \
            f"{', '.join(rest[:3])}{', ...' if len(rest) > 3 else ''})" if rest else ""
-    raise ConfigError(f"--resume: {name!r} was made with {first}={_shown(theirs.get(first, _MISSING))}, this sweep "
-                      f"has {first}={_shown(ours.get(first, _MISSING))}{more}; resume with the same inputs, or "
-                      f"write to another file")
+    raise ConfigError(f"--resume: {name!r} was made with {first}={shown(theirs)}, this sweep "
+                      f"has {first}={shown(ours)}{more}; resume with the same inputs, or write to another file")
 
 
 def _read_appended(p: Path, meta: dict, columns: list[str]) -> tuple[pd.DataFrame, int]:

@@ -234,3 +234,40 @@ def read_metadata(path, where: str | None = None) -> dict | None:
         if embedded is not None:
             return embedded
     return read_sidecar(path, where)
+
+
+# ------------------------------------------------------------------------------------- inputs compared
+
+MISSING = object()
+
+
+def _flat(value, prefix: str = "") -> dict:
+    """{'topology.bandwidth': '50GB/s', ...}: nested objects flattened; lists of scalars kept whole."""
+    if isinstance(value, dict):
+        return {k: v for key in sorted(value) for k, v in _flat(value[key], f"{prefix}{key}.").items()}
+    if isinstance(value, list) and any(isinstance(v, (dict, list)) for v in value):
+        return {k: v for i, item in enumerate(value) for k, v in _flat(item, f"{prefix}{i}.").items()}
+    return {prefix[:-1]: value}
+
+
+def shown(value) -> str:
+    """An input's value as a message shows it."""
+    if isinstance(value, list):
+        return ",".join(map(str, value)) or "[]"
+    return "(none)" if value is MISSING else str(value)
+
+
+def input_differences(theirs: dict, ours: dict) -> list[tuple[str, object, object]]:
+    """(key, their value, ours) for every input two metadata documents differ in (their topology and setup),
+    in the order a user wrote them: keys as given before the resolved ones; the topology's name first when
+    another topology was given, last when only its [--set ...] label differs (the keys set say more)."""
+    a = _flat({"topology": theirs.get("topology", {}), **theirs.get("setup", {})})
+    b = _flat({"topology": ours.get("topology", {}), **ours.get("setup", {})})
+    base = {str(a.get("topology.name")).split("[")[0], str(b.get("topology.name")).split("[")[0]}
+    name_rank = -1 if len(base) > 1 else 2
+
+    def rank(k: str) -> tuple:
+        return (name_rank if k == "topology.name" else int(".resolved." in k), k)
+    keys = sorted((k for k in a.keys() | b.keys() if a.get(k, MISSING) != b.get(k, MISSING)), key=rank)
+    return [(k, a.get(k, MISSING), b.get(k, MISSING)) for k in keys]
+

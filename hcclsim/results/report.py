@@ -7,10 +7,12 @@ import json
 import math
 import shutil
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from ..core.errors import ConfigError
@@ -94,83 +96,167 @@ def _console(file=None) -> Console:
     return Console(file=file, width=width, highlight=False, soft_wrap=False)
 
 
-def render_table(df: pd.DataFrame, file=None) -> None:
-    """One nccl-tests-like block per (collective, algorithm) -- engines side by side when there are
-    several -- then the fastest algorithm per size (by the last engine listed)."""
-    con = _console(file)
+def terminal_width() -> int:
+    """The width tables are fitted to: $COLUMNS, else the terminal's, else 120 (stdout is a file or a pipe)."""
+    return shutil.get_terminal_size((120, 24)).columns
+
+
+class Col(NamedTuple):
+    """A column of print_table: its header ('\\n' between header lines, as nccl-tests prints units under the
+    names), its cells, and `drop`: 0 for a column always shown, else its rank among the columns a narrow
+    terminal leaves out (highest first)."""
+
+    header: str
+    cells: list[str]
+    drop: int = 0
+    left: bool = False
+
+
+def print_table(title: str, cols: list[Col], file=None) -> None:
+    """Print cols as a table that fits the terminal and never cuts a cell: every cell stays on one line, the
+    columns with drop > 0 go, highest first, while the table is wider than the terminal (its caption names
+    them), and a table that still does not fit is printed at its own width, which the terminal wraps."""
+    width = terminal_width()
+    shown, gone = list(cols), []
+    while True:
+        table = _rich_table(shown, gone, width)
+        probe = Console(file=io.StringIO(), width=1 << 16)
+        need = Measurement.get(probe, probe.options, table).maximum
+        droppable = [c for c in shown if c.drop]
+        if need <= width or not droppable:
+            break
+        worst = max(droppable, key=lambda c: c.drop)
+        shown.remove(worst)
+        gone.append(worst)
+    con = Console(file=file, width=max(width, need), highlight=False, soft_wrap=False)
+    con.print(title, markup=False, style="italic")      # wrapped at the terminal, not at the table's width
+    con.print(table)
+    con.print()
+
+
+def _rich_table(cols: list[Col], gone: list[Col], width: int) -> Table:
+    caption = (f"left out to fit {width} columns (a wider terminal shows them): "
+               f"{', '.join(c.header.replace(chr(10), ' ') for c in gone)}") if gone else None
+    t = Table(caption=caption, caption_justify="left", box=None, header_style="bold")
+    for c in cols:
+        t.add_column(c.header, justify="left" if c.left else "right", no_wrap=True)
+    for cells in zip(*(c.cells for c in cols)):
+        t.add_row(*cells)
+    return t
+
+
+def _num(x: float) -> str:
+    return f"{x:.2f}" if math.isfinite(x) else "-"
+
+
+def _count(x: float) -> str:
+    return str(int(x)) if math.isfinite(x) else "-"
+
+
+# --stats counters (hcclsim.engine.packet.STAT_NAMES): header, cell, drop rank
+STATS = {"events": ("events", _count, 0),
+         "peak_queue_bytes": ("peak\nqueue", lambda x: format_size(int(x)) if math.isfinite(x) else "-", 0),
+         "busiest_link_util": ("busiest\nlink", lambda x: f"{x:.1%}" if math.isfinite(x) else "-", 0),
+         "table_peak_entries": ("table\nentries", _count, 1),
+         "table_stall_us": ("table\nstall (us)", _num, 1)}
+
+
+def without_zero_bytes(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The rows the sweep table shows, without the 0-byte ones, and a note per collective that had some.
+
+    AllGather, ReduceScatter and AllToAll split the requested size among the ranks and round down
+    (hcclsim.schedule.collectives.sizing), so the smallest sizes become 0 bytes: nccl-tests prints those as
+    rows of size 0 (tests/data/nccl-tests/superbench_a100_all_gather_noredop.txt), and the rows written
+    (-o, --format csv) keep them, but a table of identical 0-byte lines tells a reader nothing."""
+    zero = rows["size_bytes"] == 0
+    notes = []
+    for coll, part in rows[zero].groupby("collective", sort=False):
+        n = int(part.groupby(["algorithm", "engine"]).size().max())
+        notes.append(f"{coll}: {n} of the sizes round down to 0 bytes on {part.ranks.iloc[0]} ranks, left out of "
+                     f"the table (--zero-bytes shows them; the rows in -o and --format csv keep them)")
+    return rows[~zero], notes
+
+
+def render_table(df: pd.DataFrame, file=None, summary_only: bool = False) -> None:
+    """The fastest algorithm per size (by the last engine listed) when several algorithms ran, then one
+    nccl-tests-like block per (collective, algorithm), engines side by side when there are several;
+    summary_only: the fastest-per-size tables alone."""
     engines = list(dict.fromkeys(df["engine"]))
+    ranked = df[df.algorithm != "auto"]          # 'auto' rows repeat the winner's time
+    if ranked["algorithm"].nunique() > 1 or summary_only:
+        render_fastest(ranked if len(ranked) else df, engines[-1], file)
+    if summary_only:
+        return
     for (coll, algo), part in df.groupby(["collective", "algorithm"], sort=False):
-        first = part.iloc[0]
-        t = Table(title=f"{coll} · {algo} · {first.topology} ({first.ranks} ranks) · {' vs '.join(engines)}",
-                  title_justify="left", box=None, header_style="bold")
-        for col in ("size (B)", "count (elems)", "type", "root"):
-            t.add_column(col, justify="right")
-        many = len(engines) > 1
-        spread = "time_us_p95" in part.columns and not many   # noisy iterations: PARAM-like percentiles
-                                                                # (side by side, the CSV has them)
-        for e in engines:
-            suffix = f" {e}" if many else ""
-            for col in ("time (us)", "algbw (GB/s)", "busbw (GB/s)") + (SPREAD_HEADERS if spread else ()):
-                t.add_column(col + suffix, justify="right")
-        if many:
-            t.add_column("ratio", justify="right")
-        protocol = "protocol" in part.columns and (part["protocol"] != "none").any()
-        if protocol:
-            t.add_column("protocol", justify="right")
-        chosen = "chosen" in part.columns and algo == "auto"
-        if chosen:
-            t.add_column("chosen", justify="right")
-        by_engine = {e: part[part.engine == e].reset_index(drop=True) for e in engines}
-        base = by_engine[engines[0]]
-        for i, row in enumerate(base.itertuples(index=False)):
-            cells = [str(row.size_bytes), str(row.count), row.dtype, str(row.root)]
-            for e in engines:
-                r = by_engine[e].iloc[i]
-                cells += [f"{r.time_us:.2f}", f"{r.algbw_GBps:.2f}", f"{r.busbw_GBps:.2f}"]
-                if spread:
-                    cells += [f"{r[c]:.2f}" for c in SPREAD_COLUMNS]
-            if many:
-                cells.append(f"{by_engine[engines[-1]].iloc[i].time_us / row.time_us:.3f}" if row.time_us else "-")
-            if protocol:
-                cells.append(str(row.protocol))
-            if chosen:
-                cells.append(str(row.chosen))
-            t.add_row(*cells)
-        con.print(t)
-        con.print()
-    # 'auto' rows repeat the winner's time: leave them out of the ranking.
-    ranked = df[df.algorithm != "auto"]
-    if ranked["algorithm"].nunique() > 1:
-        best = best_per_size(ranked, engines[-1])
-        for coll, part in best.groupby("collective", sort=False):
-            t = Table(title=f"{coll} · fastest algorithm per size ({engines[-1]})", title_justify="left", box=None,
-                      header_style="bold")
-            for col in ("size (B)", "algorithm", "time (us)", "busbw (GB/s)", "runner-up", "margin"):
-                t.add_column(col, justify="right")
-            for row in part.itertuples(index=False):
-                runner, margin = (row.runner_up, f"{row.margin:+.1%}") if row.runner_up else ("-", "-")
-                t.add_row(str(row.size_bytes), row.algorithm, f"{row.time_us:.2f}", f"{row.busbw_GBps:.2f}",
-                          runner, margin)
-            con.print(t)
-            con.print()
+        print_table(_title(part, algo, " vs ".join(engines)), _block(part, algo, engines), file)
+
+
+def _title(part: pd.DataFrame, what: str, engines: str) -> str:
+    first = part.iloc[0]
+    root = f" · root {first.root}" if first.root >= 0 else ""
+    return f"{first.collective} · {what} · {first.topology} ({first.ranks} ranks) · {engines} · {first['dtype']}{root}"
+
+
+def _block(part: pd.DataFrame, algo: str, engines: list[str]) -> list[Col]:
+    by_engine = {e: part[part.engine == e].reset_index(drop=True) for e in engines}
+    base = by_engine[engines[0]]
+    many = len(engines) > 1
+    cols = [Col("size", [format_size(int(s)) for s in base.size_bytes]),
+            Col("count\n(elems)", [str(c) for c in base["count"]], drop=6)]
+    spread = "time_us_p95" in part.columns and not many       # noisy iterations: PARAM-like percentiles
+    for e in engines:                                          # (side by side, the CSV has them)
+        r, under = by_engine[e], f"\n{e}" if many else ""
+        cols += [Col(f"time\n(us){under}", [_num(x) for x in r.time_us]),
+                 Col(f"algbw\n(GB/s){under}", [_num(x) for x in r.algbw_GBps], drop=5),
+                 Col(f"busbw\n(GB/s){under}", [_num(x) for x in r.busbw_GBps])]
+        if spread:
+            cols += [Col(f"{h[:3]}\n(us)", [_num(x) for x in r[c]], drop=d)
+                     for c, h, d in zip(SPREAD_COLUMNS, SPREAD_HEADERS, (4, 0, 3, 3))]
+    if many:
+        last = by_engine[engines[-1]].time_us
+        cols.append(Col(f"ratio\n{engines[-1][:2]}/{engines[0][:2]}",
+                        [f"{t / b:.3f}" if b else "-" for t, b in zip(last, base.time_us)]))
+    if "protocol" in part.columns and (part["protocol"] != "none").any():
+        cols.append(Col("protocol", [str(p) for p in base.protocol]))
+    if "chosen" in part.columns and algo == "auto":
+        cols.append(Col("chosen", [str(c) for c in base.chosen], left=True))
+    for e in engines:                     # the counters of the engines that keep them (packet)
+        r = by_engine[e]
+        for name, (header, cell, drop) in STATS.items():
+            if name in r.columns and r[name].notna().any():
+                cols.append(Col(header + (f"\n{e}" if many else ""), [cell(x) for x in r[name]], drop=drop))
+    return cols
+
+
+def render_fastest(rows: pd.DataFrame, engine: str, file=None) -> None:
+    """Per collective, the fastest algorithm at each size (hcclsim.sweeping.best), its runner-up and margin."""
+    best = best_per_size(rows, engine)
+    for coll, part in best.groupby("collective", sort=False):
+        cols = [Col("size", [format_size(int(s)) for s in part.size_bytes]),
+                Col("algorithm", list(part.algorithm), left=True)]
+        if (part.protocol != "none").any():
+            cols.append(Col("protocol", list(part.protocol)))
+        cols += [Col("time\n(us)", [_num(x) for x in part.time_us]),
+                 Col("busbw\n(GB/s)", [_num(x) for x in part.busbw_GBps]),
+                 Col("runner-up", [r or "-" for r in part.runner_up], left=True),
+                 Col("margin", [f"{m:+.1%}" if r else "-" for r, m in zip(part.runner_up, part.margin)])]
+        print_table(_title(rows[rows.collective == coll], "fastest algorithm per size", engine), cols, file)
 
 
 def render_tune(ranges: pd.DataFrame, file=None) -> None:
     """The tuner table (hcclsim.analysis.tune.size_ranges): one block per collective, one line per size range."""
-    con = _console(file)
     for coll, part in ranges.groupby("collective", sort=False):
         first = part.iloc[0]
-        t = Table(title=f"{coll} · best algorithm per size range · {first.topology} ({first.ranks} ranks) · "
-                        f"{first.engine}", title_justify="left", box=None, header_style="bold")
-        for col in ("min size (B)", "max size (B)", "", "algorithm", "protocol", "runner-up", "margin", "sizes"):
-            t.add_column(col, justify="right")
-        for row in part.itertuples(index=False):
-            runner, margin = (row.runner_up, f"{row.margin:+.1%}") if row.runner_up else ("-", "-")
-            t.add_row(str(row.min_size_bytes), str(row.max_size_bytes),
-                      f"{format_size(row.min_size_bytes)}-{format_size(row.max_size_bytes)}", row.algorithm,
-                      row.protocol, runner, margin, str(row.points))
-        con.print(t)
-        con.print()
+        title = f"{coll} · best algorithm per size range · {first.topology} ({first.ranks} ranks) · {first.engine}"
+        has_runner = part.runner_up != ""
+        print_table(title, [
+            Col("from", [format_size(int(s)) for s in part.min_size_bytes]),
+            Col("to", [format_size(int(s)) for s in part.max_size_bytes]),
+            Col("algorithm", list(part.algorithm), left=True),
+            Col("protocol", list(part.protocol)),
+            Col("runner-up", [r if h else "-" for r, h in zip(part.runner_up, has_runner)], left=True),
+            Col("margin", [f"{m:+.1%}" if h else "-" for m, h in zip(part.margin, has_runner)]),
+            Col("sizes", [str(n) for n in part.points])], file)
 
 
 def render_list(title: str, columns: list[str], rows: list[list[str]], file=None) -> None:

@@ -30,7 +30,7 @@ from ..engine.execution import Noise
 from ..schedule import collectives as C
 from ..schedule.algorithm import Problem
 from ..schedule.ir import Schedule
-from ..schedule.symmetry import equivariant, link_orbits
+from ..schedule.symmetry import schedule_orbits
 
 
 @dataclass(frozen=True)
@@ -249,7 +249,7 @@ def check_schedule(schedule: Schedule, topo, engines, size_bytes, noise: Noise) 
     if "analytic" not in engines:
         return
     # the engine's own test (hcclsim.engine.analytic.run); the orbits are cached on the topology
-    symmetric = not noise.active and equivariant(schedule) and link_orbits(topo, schedule.shape) is not None
+    symmetric = not noise.active and schedule_orbits(schedule, topo) is not None
     d = dims_of(schedule)
     need = symmetric_bytes(d, topo, len(size_bytes)) * _protocols(topo) if symmetric \
         else general_bytes(schedule, len(size_bytes))

@@ -1,21 +1,25 @@
-"""Executors: how a sweep's units ((collective, algorithm) blocks, hcclsim.sweeping.sweep.Unit) get run.
+"""Executors: how a sweep's units (packet points, analytic structure keys: hcclsim.sweeping.sweep.Unit) get run.
 
 An executor is a function ``executor(fn, units, jobs)`` that yields ``(unit, fn(unit))`` pairs as
 units finish, in any order; the sweep writes each as it arrives and sorts at the end, so every
 executor gives the same rows. ``fn`` is picklable (a functools.partial of a module-level function).
 
-``local`` (the default) runs units in this process, and in ``jobs - 1`` worker processes when that
-pays. On Linux the workers are *forked*: they start in milliseconds with everything this process has
-imported (each loads the cached Numba kernels it needs, in parallel), so they start at once and share
-every unit. Forking is safe only when no other thread can hold a lock the child needs, so it is used
-only when every other thread of this process is registered with fork_safe() (the progress bar's, which
-does all its work under a lock held across the fork). Otherwise, and where fork is unavailable or
-unsafe (macOS, Windows), workers start by 'forkserver' or 'spawn' and cost about a second each
-(interpreter, imports, kernels from the disk cache): the first unit runs here (loading the kernels),
-the second too, timed, and workers start only when the rest would take SERIAL_SECONDS. Either way
-workers take units from the front of the queue while this process takes them from the back
-(cancelling their futures), so ``jobs`` processes run units in all. Workers ignore SIGINT: on Ctrl-C
-the main process gets KeyboardInterrupt, cancels what has not started and ends its workers.
+``local`` (the default) runs units in this process, or in worker processes when that pays. The
+shortest unit of each engine runs here first, loading (or compiling) the Numba kernels the rest need.
+On Linux ``jobs`` workers are then *forked*: they start in milliseconds with everything this process
+has imported and loaded, kernels included, and take the units longest first, one at a time as each
+ends (nothing is committed ahead, so they finish together). Forking is safe only when no other thread
+can hold a lock the child needs, so it is used only when every other thread of this process is
+registered with fork_safe() (the progress bar's, which does all its work under a lock held across the
+fork). Otherwise, and where fork is unavailable or unsafe (macOS, Windows), workers start by
+'forkserver' or 'spawn' and cost about a second each (interpreter, imports, kernels from the disk
+cache): one more unit runs here, timed, and ``jobs - 1`` workers start only when the rest would take
+SERIAL_SECONDS; they take units from the front of the queue (a unit running and one waiting each)
+while this process takes them from the back, the units laid out so that both ends start with the
+longest and meet at the shortest (_two_ended, by their estimated ``cost``). Either way a worker starts
+once and stays warm: it gets ``fn`` (the sweep's topology, with its caches) once, at its start, not
+with every unit, and keeps the kernels it loaded. Workers ignore SIGINT: on Ctrl-C the main process
+gets KeyboardInterrupt, cancels what has not started and ends its workers.
 
 Workers die with the main process however it ends (SIGKILL, the OOM killer included), since nothing
 else would stop them (_die_with), and never hold the caller's stdout, stderr or any file of the main
@@ -42,6 +46,7 @@ import threading
 import time
 import uuid
 import warnings
+from collections import deque
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from functools import partial
@@ -120,9 +125,14 @@ def _context(fork: bool):
 
 # ---- the workers' side
 
-def _worker_init(parent: int, inherited=()):
+_FN: list = []                # in a worker: the function its units run (_worker_init)
+
+
+def _worker_init(parent: int, inherited=(), fn=None):
     """First thing in every worker: Ctrl-C ignored (above), SIGTERM fatal (not the handler the command line
-    installs, which fork copies), death with `parent` (the main process's pid), and no file of the caller held."""
+    installs, which fork copies), death with `parent` (the main process's pid), no file of the caller held,
+    and fn kept for every unit it runs (inherited when forked, unpickled once otherwise)."""
+    _FN[:] = [fn]
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if hasattr(signal, "pthread_sigmask"):                      # blocked while we started (_signals_blocked)
@@ -215,11 +225,11 @@ def _inherited_fds() -> tuple:
     return tuple(found)
 
 
-def _run_in_worker(fn, unit):
-    """fn(unit) and the warnings it gave, which travel with the result since the worker's stderr is
-    /dev/null (shown by the main process, _shown)."""
+def _run_in_worker(unit):
+    """fn(unit) (_worker_init) and the warnings it gave, which travel with the result since the worker's
+    stderr is /dev/null (shown by the main process, _shown)."""
     with warnings.catch_warnings(record=True) as caught:
-        result = fn(unit)
+        result = _FN[0](unit)
     return result, [(str(w.message), w.category, w.filename, w.lineno) for w in caught]
 
 
@@ -253,40 +263,76 @@ def _signals_blocked():
 def run_local(fn, units, jobs: int = 1):
     """Yield (unit, fn(unit)) for each unit; in parallel worker processes when it pays (above)."""
     units = list(units)
-    if not units:
-        return
-    if jobs > 1 and len(units) > 1 and _can_fork():     # workers cost milliseconds: share every unit
-        yield from _pool(fn, units, min(jobs - 1, len(units) - 1), _context(fork=True))
-        return
-    yield units[0], fn(units[0])              # the first unit also loads the kernels: time the second
-    if len(units) == 1:
-        return
-    t0 = time.perf_counter()
-    yield units[1], fn(units[1])
-    rest = units[2:]
-    per_point = (time.perf_counter() - t0) / max(units[1].points, 1)
-    if jobs <= 1 or len(rest) <= 1 or per_point * sum(u.points for u in rest) < SERIAL_SECONDS:
-        for unit in rest:
+    if jobs <= 1 or len(units) <= 1:
+        for unit in units:
             yield unit, fn(unit)
         return
-    yield from _pool(fn, rest, min(jobs - 1, len(rest)), _context(fork=False))
+    warm = _shortest_per_engine(units)     # here first: they load (or compile) the kernels the rest need
+    for unit in warm:
+        yield unit, fn(unit)
+    rest = sorted((u for u in units if all(u is not w for w in warm)), key=lambda u: -_cost(u))   # longest first
+    if len(rest) > 1 and _can_fork():      # workers cost milliseconds and inherit the kernels: jobs of them
+        yield from _pool(fn, rest, min(jobs, len(rest)), _context(fork=True), helping=False)
+        return
+    if len(rest) > 2:                      # workers would cost about a second each: time a unit first
+        t0 = time.perf_counter()
+        yield rest[-1], fn(rest[-1])
+        per_cost = (time.perf_counter() - t0) / _cost(rest[-1])
+        rest = rest[:-1]
+        if per_cost * sum(_cost(u) for u in rest) >= SERIAL_SECONDS:
+            yield from _pool(fn, _two_ended(rest, jobs), min(jobs - 1, len(rest)), _context(fork=False))
+            return
+    for unit in rest:
+        yield unit, fn(unit)
 
 
-def _pool(fn, units, workers: int, ctx):
+def _cost(unit) -> float:
+    """A unit's estimated seconds (hcclsim.sweeping.sweep.Unit.cost), else its points."""
+    return getattr(unit, "cost", 0.0) or max(getattr(unit, "points", 1), 1)
+
+
+def _shortest_per_engine(units: list) -> list:
+    """The shortest unit of each engine (units without engines: the first), in the sweep's order."""
+    shortest: dict = {}
+    for unit in units:
+        key = getattr(unit, "engines", None)
+        if key not in shortest or _cost(unit) < _cost(shortest[key]):
+            shortest[key] = unit
+    return [u for u in units if any(u is s for s in shortest.values())]
+
+
+def _two_ended(units: list, jobs: int) -> list:
+    """units longest first (by their estimated cost) for the workers, who take from the front, and for this
+    process, which takes from the back: every jobs-th longest goes to the back, so that both ends meet at the
+    shortest units and finish together."""
+    ranked = sorted(units, key=lambda u: -_cost(u))      # stable: ties keep the sweep's order
+    back = set(range(jobs - 1, len(ranked), jobs)) if jobs > 1 else set()
+    return [u for i, u in enumerate(ranked) if i not in back] + [ranked[i] for i in sorted(back, reverse=True)]
+
+
+def _pool(fn, units, workers: int, ctx, helping: bool = True):
+    """Yield (unit, fn(unit)) as `workers` processes of ctx take units from the front; helping (and STEAL):
+    this process takes them from the back meanwhile, and each worker has one more waiting, so as not to
+    idle while this process is busy; otherwise this process hands out one unit at a time as each ends."""
+    helping = helping and STEAL
     inherited = _inherited_fds() if ctx.get_start_method() == "fork" else ()
     pool = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
-                               initargs=(os.getpid(), inherited))
-    pending = {}
+                               initargs=(os.getpid(), inherited, fn))
+    queue, pending = deque(units), {}
+
+    def top_up():                              # queued ones cannot be taken back: few, and only the next
+        with _signals_blocked():               # (a Ctrl-C while workers start reaches only this process)
+            while queue and len(pending) < (2 if helping else 1) * workers:
+                unit = queue.popleft()
+                pending[pool.submit(_run_in_worker, unit)] = unit
     try:
-        with _signals_blocked():               # a Ctrl-C while workers start reaches only this process
-            futures = [pool.submit(_run_in_worker, fn, unit) for unit in units]
-            pending = dict(zip(futures, units))
-        while pending:
+        top_up()
+        while pending or queue:
             for future in [f for f in pending if f.done()]:
                 yield pending.pop(future), _shown(future.result())
-            stolen = next((f for f in reversed(futures) if f in pending and f.cancel()), None) if STEAL else None
-            if stolen is not None:             # this process works too, from the back of the queue
-                unit = pending.pop(stolen)
+            top_up()
+            if helping and queue:              # this process works too, from the back of the queue
+                unit = queue.pop()
                 yield unit, fn(unit)
             elif pending:
                 wait(pending, return_when=FIRST_COMPLETED)

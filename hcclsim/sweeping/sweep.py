@@ -32,7 +32,7 @@ from ..network.config import MAX_COUNT
 from ..network.topology import Topology
 from ..schedule import collectives as C
 from ..schedule.algorithm import ALGORITHMS, Algorithm, Problem, load_all, parse_spec
-from . import library
+from . import cost, library
 from .best import best_per_size
 from .budget import check_schedule, check_units
 
@@ -112,6 +112,16 @@ def algorithms_for(spec: str, collective: str, topology: Topology | None = None)
 class SweepResult:
     rows: pd.DataFrame
     skipped: list[tuple[str, str, str]] = field(default_factory=list)    # (collective, algorithm, reason)
+
+    def with_columns(self, values: dict[str, str]) -> SweepResult:
+        """The rows with a column per varied key (sweeping/vary.py), holding its value as given."""
+        return SweepResult(self.rows.assign(**values), self.skipped)
+
+    def joined(self, others: list[SweepResult]) -> SweepResult:
+        """These rows then the others' (a what-if's sweeps, in the order of their values)."""
+        parts = [self, *others]
+        return SweepResult(pd.concat([p.rows for p in parts], ignore_index=True),
+                           list(dict.fromkeys(x for p in parts for x in p.skipped)))
 
 
 def metrics(collective: str, n: int, size_bytes: np.ndarray, seconds: np.ndarray) -> dict[str, np.ndarray]:
@@ -212,14 +222,19 @@ def _library_picks(topology: Topology, coll: str, sizings, candidates) -> tuple[
 
 @dataclass(frozen=True)
 class Unit:
-    """One (collective, algorithm) block of a sweep: the sizes and engines still to compute.
+    """Some points of one (collective, algorithm, engine) block of a sweep: a packet-engine point, an
+    analytic block's structure key or part of one (hcclsim.sweeping.cost.split), an `-a auto` block.
 
-    algorithm is an Algorithm, or AUTO. Units are what executors (hcclsim.sweeping.executors) distribute."""
+    algorithm is an Algorithm, or AUTO. Units are what executors (hcclsim.sweeping.executors) distribute;
+    cost (estimated seconds) orders them, events (hcclsim.sweeping.cost.PointEvents) is the packet
+    engine's estimate."""
     index: int
     collective: str
     algorithm: object
     sizes: tuple
     engines: tuple
+    cost: float = 0.0
+    events: object = None
 
     @property
     def label(self) -> str:
@@ -296,15 +311,17 @@ def _done_keys(previous) -> set:
 def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "all", sizes=(1 << 20,),
           dtype: str = "float32", root: int = 0, engine="analytic", stats: bool = False,
           on_row=None, previous: pd.DataFrame | None = None, jobs: int = 1, executor=None,
-          on_start=None, launch: str = "host", noise: Noise = QUIET) -> SweepResult:
+          on_start=None, on_unit=None, launch: str = "host", noise: Noise = QUIET) -> SweepResult:
     """Run the grid; rows in a stable order (collective, algorithm as listed, engine as listed, size).
 
     engine: 'analytic', 'packet', 'analytic,packet' or a list; stats adds the engines' counters
     (STAT_COLUMNS; empty for the analytic engine). on_row(frame) gets each finished (collective,
-    algorithm, engine) block as it finishes (in completion order when jobs > 1). previous: rows
+    algorithm, engine) unit's rows as they finish (in completion order when jobs > 1), then
+    on_unit(unit). previous: rows
     already computed (`--resume`): their (collective, algorithm, engine, size) points are skipped
     and they are merged into the result in the sweep's order. jobs/executor: how units run
-    (hcclsim.sweeping.executors; default the local process pool). on_start(units) gets the units to run.
+    (hcclsim.sweeping.executors; default the local process pool). on_start(units) gets the units to run,
+    after the packet engine's events were checked against the event budget (hcclsim.sweeping.cost).
     launch ('host' or 'device') and noise (iterations, skew, jitter, seed) put every point on the device's
     timeline (hcclsim.engine.execution); with several iterations rows get PERCENTILE_COLUMNS and time_us is the p50."""
     from .executors import get_executor
@@ -342,17 +359,22 @@ def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "al
         reasons = "; ".join(f"{a}: {w}" for _, a, w in skipped) or "nothing to run"
         raise UnsupportedError(f"no algorithm can run on {topology.name}: {reasons}")
     done = _done_keys(previous)
-    units = []
+    units, schedules = [], {}
     ws = DTYPE_SIZE[dtype]
+
+    def candidates(coll):
+        return [a for a in algorithms_for(LIBRARY, coll, topology) if not a.unsupported(Problem(coll, topology, root))]
     for i, (coll, algo) in enumerate(blocks):
         label = AUTO if algo == AUTO else algo.label
         nbytes = {s: C.sizing(coll, s, ws, topology.nranks).size_bytes for s in sizes}
-        todo = [e for e in engines if any((coll, label, e, nbytes[s]) not in done for s in sizes)]
-        todo_sizes = [s for s in sizes if any((coll, label, e, nbytes[s]) not in done for e in todo)]
-        if todo:
-            units.append(Unit(i, coll, algo, tuple(todo_sizes), tuple(todo)))
-    check_units(ctx, units, lambda coll: [a for a in algorithms_for(LIBRARY, coll, topology)
-                                          if not a.unsupported(Problem(coll, topology, root))])
+        for e in engines:
+            todo = tuple(s for s in sizes if (coll, label, e, nbytes[s]) not in done)
+            if todo:
+                units.append(Unit(i, coll, algo, todo, (e,)))
+    check_units(ctx, units, candidates)          # before split compiles anything
+    units = [part for unit in units for part in cost.split(ctx, unit, schedules, candidates)]
+    del schedules
+    cost.check(units, topology)
     if on_start:
         on_start(units)
     frames = []
@@ -367,6 +389,8 @@ def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "al
             frames.append(frame)
             if on_row:
                 on_row(frame)
+        if on_unit:
+            on_unit(unit)
     rows = order_rows(pd.concat(([previous] if previous is not None and not previous.empty else []) + frames,
                                 ignore_index=True), blocks, engines)
     return SweepResult(rows, skipped)
