@@ -25,7 +25,6 @@ ENV = "HCCL_BENCH_MAX_MEMORY"
 # the system. Capped at half the physical memory, so a small CI runner refuses before the OOM killer
 # acts. It bounds one point: with --jobs N up to N points run at once.
 CAP = 4 << 30
-_limit: list[int] = []          # the innermost limited() value, if any
 
 
 class BudgetError(ConfigError):
@@ -49,25 +48,35 @@ def parse(value, where: str = "--max-memory") -> int:
     return n
 
 
-def current() -> int:
-    """The budget in force (module docstring)."""
-    if _limit:
-        return _limit[-1]
-    raw = os.environ.get(ENV, "").strip()
-    return parse(raw, ENV) if raw else default()
+class Limit:
+    """A budget in force: the innermost limited() value, else the environment variable `env` (read with
+    parse(raw, env)), else default(). The memory budget here and the packet engine's event budget
+    (hcclsim.sweeping.cost) are two of them."""
+
+    def __init__(self, env: str, parse, default):
+        self.env, self.parse, self.default, self._stack = env, parse, default, []
+
+    def current(self) -> int:
+        if self._stack:
+            return self._stack[-1]
+        raw = os.environ.get(self.env, "").strip()
+        return self.parse(raw, self.env) if raw else self.default()
+
+    @contextmanager
+    def limited(self, value: int | None):
+        """Run the body under this budget (None: keep the one in force)."""
+        if value is None:
+            yield
+            return
+        self._stack.append(int(value))
+        try:
+            yield
+        finally:
+            self._stack.pop()
 
 
-@contextmanager
-def limited(nbytes: int | None):
-    """Run the body under this budget (None: keep the one in force)."""
-    if nbytes is None:
-        yield
-        return
-    _limit.append(int(nbytes))
-    try:
-        yield
-    finally:
-        _limit.pop()
+MEMORY = Limit(ENV, parse, default)
+current, limited = MEMORY.current, MEMORY.limited
 
 
 def format_bytes(n: float) -> str:

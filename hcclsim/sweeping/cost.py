@@ -16,13 +16,11 @@ seconds only order the units (longest first) and drive the progress bar's time l
 from __future__ import annotations
 
 import math
-import os
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..core.budget import format_bytes
+from ..core.budget import Limit, format_bytes
 from ..core.errors import ConfigError
 from ..core.units import DTYPE_SIZE
 from ..engine.analytic import max_transfer_bytes
@@ -45,7 +43,6 @@ EVENTS_FACTOR = 4.0           # the estimate is >= the engine's count and at mos
 # compile 30-80 us per template, the engine 0.1-0.3 us per template, size and protocol, plus a fixed cost.
 COMPILE_SECONDS_PER_TEMPLATE, ENGINE_SECONDS_PER_TEMPLATE_SIZE, UNIT_SECONDS = 50e-6, 0.3e-6, 5e-3
 LONG_SECONDS = 0.5            # an analytic key longer than this, mostly engine time, is cut by sizes
-_limit: list[int] = []
 
 
 def parse(value, where: str = "--max-events") -> int:
@@ -59,25 +56,8 @@ def parse(value, where: str = "--max-events") -> int:
     return int(n)
 
 
-def current() -> int:
-    """The event budget in force: limited(), else $HCCL_BENCH_MAX_EVENTS, else DEFAULT_EVENTS."""
-    if _limit:
-        return _limit[-1]
-    raw = os.environ.get(ENV, "").strip()
-    return parse(raw, ENV) if raw else DEFAULT_EVENTS
-
-
-@contextmanager
-def limited(events: int | None):
-    """Run the body under this event budget (None: keep the one in force)."""
-    if events is None:
-        yield
-        return
-    _limit.append(int(events))
-    try:
-        yield
-    finally:
-        _limit.pop()
+EVENTS = Limit(ENV, parse, lambda: DEFAULT_EVENTS)      # limited(), else $HCCL_BENCH_MAX_EVENTS, else the default
+current, limited = EVENTS.current, EVENTS.limited
 
 
 @dataclass(frozen=True)
