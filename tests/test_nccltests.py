@@ -12,7 +12,7 @@ import pytest
 
 from hcclsim.cli import main
 from hcclsim.core.errors import ConfigError
-from hcclsim.results.nccltests import IN, OUT, parse_report, parse_text, read_blocks
+from hcclsim.results.nccltests import IN, OUT, parse_report, parse_text, read_blocks, to_records
 
 DATA = Path(__file__).parent / "data" / "nccl-tests"
 
@@ -43,6 +43,16 @@ def run(capsys, *args):
      (46, 8589934592, 47594, 315.84)),
     ("gjaion_h100_2n_ring.txt", "all_reduce", 28, (26, 1048576, 156.9, 6.68, 12.53),
      (39, 8589934592, 41056, 392.30)),
+    ("awssamples_p5_h100_2n_all_reduce_srun_label.txt", "all_reduce", 64, (3, 8, 69.12, 0.0, 0.0),
+     (34, 17179869184, 66109, 487.26)),                          # every line behind srun -l's '0: '
+    ("ncclt290_h100_2n_all_reduce_srun_label.txt", "all_reduce", 22, (24, 8388608, 215.3, 38.96, 73.04),
+     (34, 8589934592, 103538, 155.56)),                          # ' 0: ' before the rank lines too
+    ("nvidia_nccl1_titanx_all_reduce_bytes_ms.txt", "all_reduce", 40, (10, 10000000, 1628.0, 6.14, 9.21),
+     (29, 10000000, 1623.0, 9.24)),                              # 'bytes N ... res': 1.628 ms printed
+    ("edcadet_t4_all_reduce_per_iter.log", "all_reduce", 2, (75, 134217728, 23418.7, 5.73, 5.73),
+     (75, 134217728, 23475.4, 5.72)),                            # i_min i_max i_p99 i_cv% columns
+    ("edcadet_t4_all_reduce_J.json", "all_reduce", 2, (0, 134217728, 23418.69756, 5.731221, 5.731221),
+     (0, 134217728, 23475.41604, 5.717374)),                     # -J: line is the results index
 ])
 def test_a_real_log_reads_with_its_values(name, coll, nrows, first, last):
     (b,) = blocks(name)
@@ -62,6 +72,43 @@ def test_metadata_ranks_nodes_gpu_version_forced_algorithm():
     assert (b.ranks, b.nodes, b.nccl_algo, b.program) == (16, 2, "ring", "all_reduce_perf")
 
 
+def test_metadata_behind_launcher_prefixes_and_without_rank_lines():
+    (b,) = blocks("ncclt290_h100_2n_all_reduce_srun_label.txt")          # 16 ' 0: #  Rank' lines, 2 hosts
+    assert (b.ranks, b.nodes, b.gpu) == (16, 2, "NVIDIA H100 80GB HBM3")
+    (b,) = blocks("awssamples_p5_h100_2n_all_reduce_srun_label.txt")    # no rank lines: busbw/algbw = 1.875
+    assert (b.ranks, b.nodes) == (16, None)
+    (b,) = blocks("nvidia_nccl1_titanx_all_reduce_bytes_ms.txt")         # 'Device 0 -> 0' lines: 9.21/6.14 = 1.5
+    assert (b.ranks, b.nodes, [r.dtype for r in b.rows[::8]]) == (4, None, ["int8", "int32", "float16", "float32",
+                                                                            "float64"])
+    (b,) = blocks("edcadet_t4_all_reduce_J.json")                        # 1 process, -g 2: one device entry
+    assert (b.ranks, b.nodes, b.gpu, b.nccl_version, b.program) == (2, 1, "Tesla T4", "2.29.3", "all_reduce_perf")
+
+
+def test_a_2019_log_of_five_programs_with_the_old_all_gather_definition():
+    bs = blocks("wohlbier_dgx2_v100_2019_five_collectives.txt")         # 12 of a DGX-2's V100s, one per 'Running:'
+    assert [(b.collective, b.line, len(b.rows)) for b in bs] == [
+        ("all_gather", 21, 62), ("all_reduce", 75, 62), ("broadcast", 129, 62), ("reduce", 183, 62),
+        ("reduce_scatter", 237, 62)]
+    assert {(b.ranks, b.nodes, b.gpu) for b in bs} == {(12, 1, "Tesla V100-SXM3-32GB")}
+    # line 53: 8589934560 B in 106773 us is 80.45 GB/s; printed algbw = busbw = 80.45 x 11/12 = 73.75
+    r = bs[0].rows[-2]
+    assert (r.line, r.size_bytes, r.time_us, r.algbw_GBps, r.busbw_GBps, r.wrong) == (
+        53, 8589934560, 106773, 73.75, 73.75, "1e+00")
+    r = bs[2].rows[-1]                                                   # broadcast: a root column, no redop
+    assert (r.line, r.root, r.redop, r.time_us, r.busbw_GBps) == (161, 0, None, 70368, 122.07)
+
+
+def test_a_json_report_and_the_stdout_of_its_run_import_to_the_same_rows():
+    keys = ("collective", "ranks", "size_bytes", "count", "dtype", "root", "placement", "nodes", "gpu",
+            "nccl_version", "program", "wrong")
+    json_rows = to_records(blocks("edcadet_t4_all_reduce_J.json"), "t4")
+    text_rows = to_records(blocks("edcadet_t4_all_reduce_per_iter.log"), "t4")
+    assert [{k: r[k] for k in keys} for r in json_rows] == [{k: r[k] for k in keys} for r in text_rows]
+    assert [r["gpu"] for r in json_rows] == ["Tesla T4"] * 2 and [r["wrong"] for r in json_rows] == ["0"] * 2
+    # the text prints the same times to 0.1 us (getFloatStr)
+    assert [round(r["time_us"], 1) for r in json_rows] == [r["time_us"] for r in text_rows] == [23418.7, 23475.4]
+
+
 def test_five_collectives_in_one_file_are_five_blocks():
     bs = blocks("xxrjun_h100_five_collectives.txt")
     assert [b.collective for b in bs] == ["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "sendrecv"]
@@ -75,6 +122,7 @@ def test_five_collectives_in_one_file_are_five_blocks():
     ("hisohara_mi325x_noheader.txt", "line 3: a data row with no column header above it"),
     ("ncclt322_h100_128n_elided_ranks.txt",
      "line 21: out-of-place busbw 110.84 GB/s but algbw x 1.75 = 97.09 GB/s (all_reduce on 8 ranks)"),
+    ("edcadet_t4_all_reduce_J_no_results.json", "a nccl-tests -J report with no 'results': the run stopped before"),
 ])
 def test_a_log_that_cannot_be_read_whole_is_refused(name, needle):
     with pytest.raises(ConfigError, match=rf"{name}: {needle}".replace("(", r"\(").replace(")", r"\)")):
@@ -114,6 +162,24 @@ def test_each_broken_copy_is_refused_naming_the_line(tmp_path):
                          (bus, "line 48: out-of-place busbw 132.44 GB/s but algbw x 1.75")):
         with pytest.raises(ConfigError, match=needle):
             read_blocks(broken(tmp_path, name, edit))
+
+
+def test_broken_copies_of_prefixed_and_millisecond_logs_are_refused(tmp_path):
+    def edit(line, old, new):
+        return lambda lines: "\n".join(lines[:line - 1] + [lines[line - 1].replace(old, new, 1)] + lines[line:])
+
+    for name, change, needle in (
+            # line 33: 8589934592 B / 33605 us = 255.62 GB/s, not 215.62
+            ("awssamples_p5_h100_2n_all_reduce_srun_label.txt", edit(33, "255.62", "215.62"),
+             "line 33: out-of-place algbw 215.62 GB/s but size / time"),
+            # line 10: 10000000 B / 1.528 ms = 6.54 GB/s, not the printed 6.14
+            ("nvidia_nccl1_titanx_all_reduce_bytes_ms.txt", edit(10, "1.628", "1.528"),
+             "line 10: out-of-place algbw 6.14 GB/s but size / time = 10000000 B / 1528 us"),
+            # rank 15's line (19) gone: 15 ranks give busbw = 1.8667 x algbw = 72.73, not 73.04
+            ("ncclt290_h100_2n_all_reduce_srun_label.txt", lambda lines: "\n".join(lines[:18] + lines[19:]),
+             "line 23: out-of-place busbw 73.04 GB/s but algbw x 1.86667")):
+        with pytest.raises(ConfigError, match=needle):
+            read_blocks(broken(tmp_path, name, change))
 
 
 def test_check_takes_the_printed_rounding_not_a_percentage():

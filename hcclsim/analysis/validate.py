@@ -12,7 +12,8 @@ summary gives the points, mean |error| and worst (signed) error; a band with a t
 *every* checked point has |error| <= tolerance. Bands: small < 64 KiB <= medium < 64 MiB <= large.
 
 Measurements validate, they never tune: sources a constant was estimated from are listed under
-``excluded`` (with the reason) and never compared. Pure functions; DataFrames out; errors are ConfigError.
+``excluded`` (with the reason) and never compared, and a topology file ``calibrate`` wrote (fitted to
+measurements) is refused as a preset. Pure functions; DataFrames out; errors are ConfigError.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from ..engine.execution import check_launch
 from ..network import config
 from ..schedule import collectives as C
 from ..sweeping.sweep import sweep
+from .calibrate import WARNING
 
 KIB, MIB = 1 << 10, 1 << 20
 BANDS = (("small", 0, 64 * KIB), ("medium", 64 * KIB, 64 * MIB), ("large", 64 * MIB, math.inf))
@@ -51,6 +53,7 @@ CASE_KEYS = ("name", "collective", "algorithm", "set", "launch", "match", "sizes
 EXCLUDE_KEYS = ("log", "source", "reason")
 PASS, FAIL, INFO = "pass", "FAIL", "info"
 MAX_FACTOR_SLACK = 0.01     # data check: busbw = algbw x factor and algbw = size / time, within print rounding
+CALIBRATED = WARNING.split(":", 1)[0]       # '# CALIBRATED', the header calibrate writes on every file
 
 
 @dataclass(frozen=True)
@@ -424,9 +427,25 @@ def available(preset: str) -> bool:
     return preset in config.preset_names() or Path(preset).is_file()
 
 
+def calibrated_file(preset: str, where: str) -> str | None:
+    """The file of `preset` or of its ``extends`` chain that ``calibrate`` wrote (its '# CALIBRATED' header
+    line), or None. Such a file holds constants fitted to measurements: comparing it with measurements
+    tests the fit, not the model."""
+    config.resolve(preset, where)                    # the chain loads (no cycle, no bad file) before it is read
+    ref = preset
+    while isinstance(ref, str):
+        _, label, path = config.locate(ref, where)
+        text = path.read_text(encoding="utf-8")
+        if any(line.startswith(CALIBRATED) for line in text.splitlines()):
+            return label
+        ref = tomllib.loads(text).get("extends")
+    return None
+
+
 def run_validation(v: Validation, explicit: bool = False) -> Result:
     """Every case of one validation file. An unavailable preset is skipped with a reason unless explicit
-    (then it is a ConfigError); a case the algorithm cannot run is skipped with the sweep's reason."""
+    (then it is a ConfigError), a calibrated one is a ConfigError; a case the algorithm cannot run is
+    skipped with the sweep's reason."""
     res = Result(pd.DataFrame(), pd.DataFrame())
     if not available(v.preset):
         if explicit:
@@ -434,6 +453,10 @@ def run_validation(v: Validation, explicit: bool = False) -> Result:
                               f"{', '.join(config.preset_names())})")
         res.skipped.append((v.name, "", f"preset {v.preset} not available"))
         return res
+    if (fitted := calibrated_file(v.preset, f"{v.path}: preset")) is not None:
+        raise ConfigError(f"{v.path}: preset {v.preset!r}: {fitted} was written by `hccl-bench calibrate` (its "
+                          f"'{CALIBRATED}' header): its constants are fitted to measurements, so comparing it "
+                          f"with measurements validates nothing; name the preset it was calibrated from")
     cache: dict[Path, pd.DataFrame] = {}
     points, summaries = [], []
     for case in v.cases:

@@ -19,7 +19,8 @@ A real log is whatever a launcher captured, so the text reader assumes little:
   ranks (nccl-tests' GetBw functions), within half a unit of each printed last digit. A row that fails,
   a row cut short, a row outside any block: the file is refused with the line number.
 * Ranks come from the ``# Rank`` lines (with or without ``Group``, and Pid); nodes from their hosts.
-  Without rank lines the rank count is the one every row's busbw / algbw allows, if exactly one does.
+  Without rank lines the rank count is the one every row's busbw / algbw allows, if exactly one does; if
+  none does, the row that disagrees with the count the other rows give is named.
 
 nccl-tests' -J JSON report and a plain JSON list ``[{"size", "time_us"}]`` (measurements from other tools,
 for calibrate) are read too. ``parse_text(text, source) -> [Block]`` is the entry point for text.
@@ -410,7 +411,11 @@ def _printed(r: Row):
     return ((r.time_us, _half_unit(t) * unit), (r.algbw_GBps, _half_unit(a)), (r.busbw_GBps, _half_unit(bb)))
 
 
-def _check(b: Block, r: Row, source: str) -> None:
+def _fits(r: Row, collective: str, n: int) -> bool:
+    return any(consistent(r.size_bytes, *_printed(r), s, f) is None for s, f, _ in conventions(collective, n))
+
+
+def _check(b: Block, r: Row, source: str, ranks_from: str = "") -> None:
     t, a, bb = _printed(r)
     first = None
     for scale, factor, label in conventions(b.collective, b.ranks):
@@ -418,19 +423,25 @@ def _check(b: Block, r: Row, source: str) -> None:
         if why is None:
             return
         first = first or why
-    raise ConfigError(f"{source}: line {r.line}: {r.placement} {first} ({b.collective} on {b.ranks} ranks); "
-                      f"the row disagrees with itself: refused rather than misread")
+    at = f"results[{r.line}]" if b.line == 0 else f"line {r.line}"          # a -J result: its index
+    raise ConfigError(f"{source}: {at}: {r.placement} {first} ({b.collective} on {b.ranks} ranks"
+                      f"{ranks_from}); the row disagrees with itself: refused rather than misread")
 
 
 def _infer_ranks(b: Block, source: str) -> int:
-    """The rank count every row's numbers allow (nccl-tests computed busbw from it), when exactly one does."""
+    """The rank count every row's numbers allow (nccl-tests computed busbw from it), when exactly one does.
+    When none does, the row that disagrees with the count the most telling rows give is named."""
     why = "the numbers of this collective do not depend on it"
     if conventions(b.collective, 2) != conventions(b.collective, 3):
         rows = sorted(b.rows, key=lambda r: -r.algbw_GBps)          # the most telling rows first
-        fits = [n for n in range(2, 4097) if all(any(consistent(r.size_bytes, *_printed(r), s, f) is None
-                                                     for s, f, _ in conventions(b.collective, n)) for r in rows)]
+        fits = [n for n in range(2, 4097) if all(_fits(r, b.collective, n) for r in rows)]
         if len(fits) == 1:
             return fits[0]
+        candidates = sorted({n for r in rows[:3] for n in range(2, 4097) if _fits(r, b.collective, n)})
+        if not fits and candidates:
+            b.ranks = max(candidates, key=lambda n: sum(_fits(r, b.collective, n) for r in rows))
+            for r in b.rows:
+                _check(b, r, source, ", the count most of its rows give: no '# Rank' lines")
         why = "its busbw / algbw fits no rank count" if not fits else \
             f"its busbw / algbw fits {len(fits)} rank counts ({fits[0]} ... {fits[-1]})"
     raise ConfigError(f"{source}: line {b.line}: no '# Rank N ...' device lines before this table, so the rank "
@@ -440,7 +451,9 @@ def _infer_ranks(b: Block, source: str) -> int:
 # ---------------------------------------------------------------------------------------------- JSON
 
 def parse_report(doc: dict, source: str, collective: str | None = None) -> list[Block]:
-    """nccl-tests' -J report (src/util.cu, "version": 1) as one block; each result checked like a text row."""
+    """nccl-tests' -J report (src/util.cu, "version" 1-3) as one block; each result checked like a text row,
+    and carrying what the text row carries (the device name, #wrong), so a run's -J file and its stdout
+    import to the same rows."""
     args = doc.get("args") or []
     program = str(args[0]) if args else None
     coll = program_collective(program, source) if program else collective_of(Path(source).name) or collective
@@ -449,15 +462,17 @@ def parse_report(doc: dict, source: str, collective: str | None = None) -> list[
                           f"collective in the file name); pass -c NAME")
     config = doc.get("config") or {}
     devices = config.get("devices") if isinstance(config, dict) else None
-    ranks, hosts = 0, None
+    ranks, hosts, gpu = 0, None, None
     if isinstance(devices, list) and devices and all(isinstance(d, dict) and "rank" in d for d in devices):
         # With MPI each process reports its first device only: nThreads*nGpus ranks per entry.
         ranks = len(devices) * int(config.get("nthreads", 1)) * int(config.get("ngpus", 1))
         hosts = len({d.get("hostname") for d in devices}) if all("hostname" in d for d in devices) else None
+        names = Counter(str(d["device_info"]) for d in devices if d.get("device_info"))
+        gpu = names.most_common(1)[0][0] if names else None
     env = " ".join(str(e) for e in doc.get("env") or [])
     forced = {k: (m.group(1).lower() if (m := rx.search(env)) else None) for k, rx in _FORCED.items()}
     version = doc.get("nccl_version")
-    block = Block(source, 0, coll, program and Path(program).name, ranks, hosts, None,
+    block = Block(source, 0, coll, program and Path(program).name, ranks, hosts, gpu,
                   _version(_VERSION.search(f"nccl-library={version}")) if isinstance(version, int) else None,
                   forced["NCCL_ALGO"], forced["NCCL_PROTO"])
     for i, r in enumerate(doc["results"]):
@@ -480,21 +495,19 @@ def parse_report(doc: dict, source: str, collective: str | None = None) -> list[
             try:
                 t = float(part.get("time", part.get("cpu_time")))
                 a, b = float(part["alg_bw"]), float(part["bus_bw"])
+                wrong = None if part.get("nwrong") is None else f"{float(part['nwrong']):g}"   # text: %6g
             except (AttributeError, KeyError, TypeError, ValueError):
-                raise ConfigError(f"{where}.{key}: expected numbers time, alg_bw, bus_bw, got {part!r}") from None
+                raise ConfigError(f"{where}.{key}: expected numbers time, alg_bw, bus_bw, nwrong, got {part!r}") \
+                    from None
             if not all(math.isfinite(v) and v >= 0 for v in (t, a, b)):
                 raise ConfigError(f"{where}.{key}: time, alg_bw and bus_bw must be finite and >= 0, got {part!r}")
-            block.rows.append(Row(i, size, count, dtype, r.get("redop"), root, placement, t, a, b, None,
+            block.rows.append(Row(i, size, count, dtype, r.get("redop"), root, placement, t, a, b, wrong,
                                   (f"{t:.6f}", f"{a:.6f}", f"{b:.6f}", 1.0)))         # jsonDouble prints %lf
     if not block.rows:
         raise ConfigError(f"{source}: results: no measurement (every out_of_place and in_place is null)")
-    if not block.ranks:
-        block.ranks = _infer_ranks(block, source)
+    block.ranks = block.ranks or _infer_ranks(block, source)
     for r in block.rows:
-        try:
-            _check(block, r, source)
-        except ConfigError as e:
-            raise ConfigError(str(e).replace(f"line {r.line}:", f"results[{r.line}]:")) from None
+        _check(block, r, source)
     return [block]
 
 
@@ -549,7 +562,15 @@ def read_blocks(path: str, collective: str | None = None) -> list[Block]:
         return parse_text(text, path, collective)
     if isinstance(doc, dict) and isinstance(doc.get("results"), list):
         return parse_report(doc, path, collective)
+    if _unfinished_report(doc):
+        raise ConfigError(f"{path}: a nccl-tests -J report with no 'results': the run stopped before its first "
+                          f"measurement (nccl-tests closes the file on an early error); nothing to import")
     raise ConfigError(f"{path}: expected nccl-tests output (its text table or -J JSON report)")
+
+
+def _unfinished_report(doc) -> bool:
+    """The header nccl-tests writes before any result (src/util.cu jsonOutputInit), with no 'results' list."""
+    return isinstance(doc, dict) and "results" not in doc and {"args", "config", "nccl_version"} <= doc.keys()
 
 
 def is_log(path: str) -> bool:
@@ -564,7 +585,7 @@ def _is_report(path: str) -> bool:
         doc = json.loads(_text(path))
     except json.JSONDecodeError:
         return False
-    return isinstance(doc, dict) and "results" in doc and "rows" not in doc
+    return isinstance(doc, dict) and ("results" in doc or _unfinished_report(doc)) and "rows" not in doc
 
 
 def _measurement(source, collective, program, ranks, dtype, rows) -> Measurement:
