@@ -61,11 +61,14 @@ P: option ``chunks``; 0 (default) picks it by ``chunking``:
 * ``nccl``: NCCL's NVLS steps, so that one chunk is one step of all C channels (C =
   ``[endpoint] in_switch_channels``): a channel moves one chunk c per head and step, c shrinking
   with the message as NCCL's calcCollChunking does (v2.28.9 src/enqueue.cc:2041-2055, called per
-  channel, :656-668: nBytes = S/C, concurrentOps = N heads): from NCCL_NVLS_CHUNKSIZE = 128 KiB
-  (src/transport/nvls.cc:153), 64 KiB if S/C < 64 N 128 KiB, then 32 KiB if S/C < 8 N 64 KiB,
-  then 16 KiB if S/C < 2 N 32 KiB; P = ceil(S / (C H c)) with H heads: the N ranks (AllReduce,
-  AllGather, ReduceScatter: every rank owns a shard), the root alone (Broadcast, Reduce, which
-  NCCL does not run on NVLS: the rule extrapolated). On 8 ranks and 16 channels: c = 16 K below
+  channel, :656-668: nBytes = S/C, concurrentOps = H heads): from NCCL_NVLS_CHUNKSIZE = 128 KiB
+  (src/transport/nvls.cc:153), 64 KiB if S/C < 64 H 128 KiB, then 32 KiB if S/C < 8 H 64 KiB,
+  then 16 KiB if S/C < 2 H 32 KiB; P = ceil(S / (C H c)). NCCL's heads are the channels of its NVLS
+  search, one GPU each, at most NCCL_MAX_NVLS_ARITY = 32 (src/graph/search.cc:1038,
+  src/include/device.h:207): H = min(N, 32) for AllReduce, AllGather, ReduceScatter (the schedule
+  still gives every rank a shard: above 32 ranks, a GB300 NVL72 domain, a head's extra reduced shard
+  is S/32 in NCCL and S/N here), the root alone for Broadcast and Reduce (which NCCL does not run on
+  NVLS: the rule extrapolated). On 8 ranks and 16 channels: c = 16 K below
   8 MiB, 32 K below 64 MiB, 64 K below 1 GiB, 128 K from 1 GiB; P = 2 at 4-8 MiB, 8 at 32-64 MiB,
   64 at 512 MiB-1 GiB. Within a step the switch streams: NCCL's multimem.ld_reduce returns the
   reduced value as the switch reads it and multimem.st is multicast as it arrives, so a switch
@@ -136,6 +139,7 @@ CHUNKINGS = ("auto", "fixed", "nccl")
 # are below factor x heads x the current chunk (src/enqueue.cc:2052-2054)
 NVLS_CHUNK = 128 << 10
 NVLS_SHRINK = ((64, 64 << 10), (8, 32 << 10), (2, 16 << 10))
+NVLS_MAX_HEADS = 32        # NCCL_MAX_NVLS_ARITY (v2.28.9 src/include/device.h:207): NVLS heads, one per search channel
 
 
 @dataclass(frozen=True)
@@ -242,8 +246,9 @@ def nvls_chunk(channel_bytes: int, heads: int) -> int:
 
 def nccl_steps(coll: str, size_bytes: int, n: int, channels: int) -> int:
     """Steps of every NVLS channel for a message of size_bytes (nccl-tests' size) on n ranks (module docstring)."""
-    heads = 1 if coll in (C.BROADCAST, C.REDUCE) else n
-    c = nvls_chunk(size_bytes // channels, n)
+    nvls_heads = min(n, NVLS_MAX_HEADS)
+    heads = 1 if coll in (C.BROADCAST, C.REDUCE) else nvls_heads
+    c = nvls_chunk(size_bytes // channels, nvls_heads)
     return max(1, -(-size_bytes // (channels * heads * c)))
 
 

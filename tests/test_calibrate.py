@@ -422,7 +422,7 @@ def test_across_nodes_the_nic_rate_stays_physical(capsys, tmp_path):
     log.write_text(json.dumps([{"size": int(s), "time_us": float(t)}
                                for s, t in zip(m.size_bytes, m.time_us) if s >= 1 << 30]))
     status, _out, err = run(capsys, "calibrate", log, "-t", "h100-cluster", "--set", "scale_out.domains=2",
-                           "-o", tmp_path / "c.toml")
+                           "--set", "endpoint.channels=24", "-o", tmp_path / "c.toml")     # MIN_CTAS=24: 24 channels
     assert status == 0, err
     doc = tomllib.loads((tmp_path / "c.toml").read_text())
     assert doc["topology"]["scale_out"]["domains"] == 2                  # the --set is in the file

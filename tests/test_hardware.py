@@ -67,13 +67,12 @@ CLUSTER_HOLDS = [                                                  # AllReduce 1
     ("IB 2 nodes, ring (#309 gj-aion)", "large", "busbw"),
     ("H100 2 nodes, all_to_all (xxrjun, 45 node pairs)", "large", "busbw"),
     ("H100 10 nodes, all_to_all (xxrjun, 2 runs)", "large", "busbw"),
+    ("H100 10 nodes, all_reduce default (xxrjun, 2 runs)", "large", "busbw"),   # rings at 4-16 GiB ~320 GB/s
 ]
-PER_CHANNEL = ("measured ~320 GB/s on 16 channels (~390 on 24) where the model and NCCL's own cost model give "
-               "357-380: a per-channel limit across nodes that NCCL's source does not state")
 CLUSTER_GAPS = [
-    pytest.param("IB 4 nodes, default (#309 gj-aion)", "large", "busbw", marks=not_yet(PER_CHANNEL)),
-    pytest.param("IB 8 nodes, default (#309 gj-aion)", "large", "busbw", marks=not_yet(PER_CHANNEL)),
-    pytest.param("H100 10 nodes, all_reduce default (xxrjun, 2 runs)", "large", "busbw", marks=not_yet(PER_CHANNEL)),
+    pytest.param("IB 4 nodes, default (#309 gj-aion)", "large", "busbw",
+                 marks=not_yet("NVLSTree at 256 MiB +33.7 % (a measured dip below its 128 MiB neighbour) and "
+                               "512 MiB +16.6 %; the rings from 1 GiB are within 4 %")),
 ]
 
 
@@ -85,6 +84,38 @@ def test_h100_cluster_band_within_its_tolerance(h100_cluster, case, band, metric
 @pytest.mark.parametrize("case,band,metric", CLUSTER_GAPS)
 def test_h100_cluster_band_not_yet_within_its_tolerance(h100_cluster, case, band, metric):
     assert h100_cluster[(case, band, metric)] == V.PASS
+
+
+def _allreduce(sets, algorithm="ring", preset="h100-cluster", size=8 * GIB):
+    rows = sweep(load_topology(preset, ["endpoint.protocol=simple", *sets]), ["all_reduce"], algorithm, [size]).rows
+    return rows.busbw_GBps.iloc[0], rows.time_us.iloc[0]
+
+
+def test_h100_cluster_rings_carry_20_gbps_per_channel_across_the_network():
+    """Ring/Simple on 4 nodes: each NIC carries 2 of the 16 channels, 2 x 20 = 40 of its 48 GB/s, so busbw
+    levels at 8 NICs x 40 = 320 GB/s (the uncapped model: 8 x 48 = 384)."""
+    busbw, _ = _allreduce(["scale_out.domains=4"])
+    assert 0.98 * 320 < busbw <= 320
+
+
+def test_h100_cluster_more_channels_reach_the_nic():
+    """24 channels (NCCL_MIN_CTAS=24): 3 x 20 = 60 GB/s per NIC exceeds its 48, so the NIC is the limit again:
+    8 x 48 = 384 GB/s. Slower NICs (200 Gb/s: 25 x 0.96 = 24 GB/s < 40) are the limit at 16 channels too,
+    exactly as without the per-channel rate."""
+    busbw, _ = _allreduce(["scale_out.domains=4", "endpoint.channels=24"])
+    assert 0.98 * 384 < busbw <= 384
+    slow = ["scale_out.domains=4", "scale_out.bandwidth=200Gb/s"]
+    busbw, t = _allreduce(slow)
+    assert 0.98 * 192 < busbw <= 192
+    assert t == _allreduce([*slow, "endpoint.simple.net_channel_bandwidth=0"])[1]
+
+
+def test_per_channel_network_rate_leaves_nvlink_and_trees_alone():
+    """The rate is per ring channel across a NIC: a single node (no NIC) and the tree (its channels reach
+    several peers) take the same time with and without it."""
+    for preset, algorithm, sets in (("dgx-h100", "ring", []), ("h100-cluster", "tree", ["scale_out.domains=4"])):
+        plain = _allreduce([*sets, "endpoint.simple.net_channel_bandwidth=0"], algorithm, preset, GIB)[1]
+        assert _allreduce([*sets, "endpoint.simple.net_channel_bandwidth=1GB/s"], algorithm, preset, GIB)[1] == plain
 
 
 def test_every_gpu_preset_validates_with_enough_points():

@@ -5,8 +5,9 @@ timeline (docs/execution.md has the model and every rule's reasoning):
 
 * the topology the engines see (``device_topology``): each link at the share of its peak the library
   pushes (tier efficiency, protocol share, in-switch efficiency), a rank's rate capped by the channels
-  it runs on, the protocol's step latency per transfer, a hidden per-transfer issue cost taken off the
-  transfers, and the reduction throughput of where the collective runs;
+  it runs on, a NIC's by the ring channels that cross it, the protocol's step latency per transfer, a
+  hidden per-transfer issue cost taken off the transfers, and the reduction throughput of where the
+  collective runs;
 * the protocol (``protocols``, ``base_latency``): one, or with ``auto`` every one the library could
   use, each size keeping the fastest;
 * host and control-core costs around the transfers (``overheads``): the host launch with
@@ -125,13 +126,24 @@ def rate_cap(topo: Topology, protocol: str, nchannels: int, own: float = 0.0) ->
     return cap
 
 
+def net_cap(topo: Topology, schedule: Schedule, protocol: str, nchannels: int) -> float:
+    """Bytes/s a rank's NIC carries at most each way under the protocol (inf: no cap). Rings laid one per NIC
+    (the ring's rails, as NCCL's search lays them) cross every NIC with channels / NICs of their channels, each
+    one connection to the next rank moving at most the protocol's net_channel_bandwidth; one NIC per rank."""
+    if protocol == "none" or not nchannels or not schedule.notes.get("rails"):
+        return np.inf
+    per = getattr(topo.endpoint, protocol).net_channel_bandwidth
+    return nchannels / topo.local * per if per else np.inf
+
+
 def device_topology(topo: Topology, protocol: str | None = None, cap: float = np.inf,
-                    switch_ops: bool = False) -> Topology:
+                    switch_ops: bool = False, net: float = np.inf) -> Topology:
     """The topology as the engines see it: each link at the share of its peak the library pushes (the tier's
     efficiency, the protocol's share; in-switch operations at the switch's efficiency), links out of a rank
-    capped at what its channels inject, and the protocol's step latency and the issue overhead per transfer."""
+    capped at what its channels inject, a rank's NIC links both ways at what its channels carry across the
+    network (net), and the protocol's step latency and the issue overhead per transfer."""
     protocol = topo.endpoint.protocol if protocol is None else protocol
-    key = ("device", protocol, cap, switch_ops)
+    key = ("device", protocol, cap, switch_ops, net)
     if key in topo.cache:
         return topo.cache[key]
     ep = topo.endpoint
@@ -153,6 +165,9 @@ def device_topology(topo: Topology, protocol: str | None = None, cap: float = np
                       bw * ep.in_switch_efficiency, bw)
     if np.isfinite(cap):
         bw = np.where(topo.link_src < topo.nranks, np.minimum(bw, cap), bw)
+    if np.isfinite(net):
+        nic = (topo.link_tier == 1) & ((topo.link_src < topo.nranks) | (topo.link_dst < topo.nranks))
+        bw = np.where(nic, np.minimum(bw, net), bw)
     lat = topo.link_lat
     if wire and wire.net_step_latency and len(topo.tiers) > 1:
         # every path between domains leaves its rank through exactly one NIC: charge the network's extra
@@ -237,13 +252,14 @@ def run(engine_run, schedule: Schedule, topo: Topology, block_elems, dtype_size:
     best, best_mean, names, stats = None, None, np.empty(len(block_elems), object), None
     for proto in protocols(topo, schedule):
         own = schedule.notes.get("rate_cap", 0.0)
-        caps = np.array([rate_cap(topo, proto, int(c), own) for c in channels_used(topo, proto, size_bytes)])
+        caps = [(rate_cap(topo, proto, int(c), own), net_cap(topo, schedule, proto, int(c)))
+                for c in channels_used(topo, proto, size_bytes)]
         samples = np.empty((noise.iters, len(block_elems)))
         base = base_latency(topo, schedule, proto)
         proto_stats = None
-        for cap in dict.fromkeys(caps.tolist()):
-            idx = np.flatnonzero(caps == cap)
-            device = device_topology(topo, proto, cap, ops)
+        for cap in dict.fromkeys(caps):
+            idx = np.flatnonzero([c == cap for c in caps])
+            device = device_topology(topo, proto, cap[0], ops, cap[1])
             got, st = _timed(engine_run, schedule, device, block_elems[idx], dtype_size, noise, topo.nranks)
             samples[:, idx] = np.maximum(exposed + base + np.maximum(got, hidden), host)
             proto_stats = _merge_stats(proto_stats, st, np.arange(len(block_elems))[idx], len(block_elems))

@@ -44,7 +44,8 @@ ENDPOINT_KEYS = {"message_engines", "issue_overhead", "reduction_bandwidth", "la
                  "protocol", "channels", "algorithms", "in_switch_latency", "in_switch_efficiency",
                  "in_switch_channels", "in_switch_step_latency", "peak_flops", "gemm_efficiency",
                  "memory_bandwidth", "selection", "compute_capability", *WIRE_PROTOCOLS}
-PROTOCOL_KEYS = {"share", "step_latency", "net_step_latency", "base_latency", "bandwidth_cap", "channel_bandwidth", "channel_bytes"}
+PROTOCOL_KEYS = {"share", "step_latency", "net_step_latency", "base_latency", "bandwidth_cap", "channel_bandwidth",
+                 "net_channel_bandwidth", "channel_bytes"}
 FLAT_KEYS = {"description", "kind", "ranks", "bandwidth", "latency", "in_switch_reduce", "dims"} | PACKET_KEYS
 HIER_KEYS = {"description", "kind", "scale_up", "scale_out"}
 TOP_TABLES = ("topology", "endpoint")
@@ -390,6 +391,8 @@ def _protocol(endpoint: _Table, name: str) -> Protocol:
                     base_latency=table.get("base_latency", _time, d.base_latency),
                     bandwidth_cap=table.get("bandwidth_cap", _bandwidth_or_zero, d.bandwidth_cap),
                     channel_bandwidth=table.get("channel_bandwidth", _bandwidth_or_zero, d.channel_bandwidth),
+                    net_channel_bandwidth=table.get("net_channel_bandwidth", _bandwidth_or_zero,
+                                                    d.net_channel_bandwidth),
                     channel_bytes=table.get("channel_bytes", _int(0), d.channel_bytes))
 
 

@@ -62,6 +62,7 @@ class Protocol:
     base_latency: float = 0.0         # s per collective: kernel start-up and the protocol's set-up
     bandwidth_cap: float = 0.0        # bytes/s a rank moves at most under this protocol (all channels); 0 = none
     channel_bandwidth: float = 0.0    # bytes/s one channel (one thread block) moves at most; 0 = no limit
+    net_channel_bandwidth: float = 0.0  # bytes/s one ring channel moves across the network each way; 0 = no limit
     channel_bytes: int = 0            # a channel is dropped while the message is below channels x this; 0 = never
 
 
