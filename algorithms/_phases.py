@@ -498,29 +498,39 @@ class Pipeline:
 
     def emit(self) -> None:
         b, T, Q = self.b, len(self.ops), self.chunks
-        if b.rows:
+        if b.ntemplates:
             raise ValueError("a pipeline's templates must be the whole schedule")
         one = ScheduleBuilder(b.collective, b.algorithm, b.nranks, b.shape, b.layout, b.nnodes, b.root)
         for _, kw, _ in self.ops:
             one.op(group=0, **kw)
         rows0 = np.asarray(one.rows, np.int64)
+        n0 = np.array([len(d) for _, _, d in self.ops], np.int64)          # chunk 0's dependencies
+        d0 = np.array([d for _, _, ds in self.ops for d in ds], np.int64).reshape(-1, 5)
         p, k = np.repeat(np.arange(Q), T), np.tile(np.arange(T), Q)          # template k of chunk p
         group = p + np.array([g for g, _, _ in self.ops], np.int64)[k]
         order_ = np.lexsort((k, p, group))                                  # the order they are written in
         real = np.empty(Q * T, np.int64)
         real[order_] = np.arange(Q * T)
-        rows = rows0[k[order_]]
-        rows[:, F_GROUP] = np.unique(group[order_], return_inverse=True)[1]
-        rows[:, F_C3 + 2] += p[order_] * self.stride
-        rows[:, F_C3 + 3] += p[order_] * self.stride
-        b.rows.extend(rows.tolist())
-        real = real.tolist()
-        for v in order_.tolist():
-            c, t = divmod(v, T)
-            deps = [(real[c * T + u], m, si, sj, kind) for u, m, si, sj, kind in self.ops[t][2]]
-            if c:
-                deps.append((real[v - T], DEP_SHIFT, 0, 0, ORDER))
-            b.deps.append(deps)
+        c, t = p[order_], k[order_]                                          # chunk, template of each row
+        rows = rows0[t]
+        rows[:, F_GROUP] = np.concatenate([[0], np.cumsum(np.diff(group[order_]) != 0)])   # numbered 0, 1, ...
+        rows[:, F_C3 + 2] += c * self.stride
+        rows[:, F_C3 + 3] += c * self.stride
+        # chunk c's copy of each dependency of chunk 0 (the same templates of chunk c), then, from chunk 1
+        # on, the order dependency on the same template of chunk c-1
+        nd = n0[t] + (c > 0)
+        end = np.cumsum(nd)
+        deps = np.zeros((int(end[-1]) if len(end) else 0, 5), np.int64)
+        x = np.repeat(np.arange(Q * T), n0[t])                               # the row of each copied dependency
+        j = np.arange(len(x)) - (np.cumsum(n0[t]) - n0[t])[x]                # which of its row's it is
+        d = d0[(np.cumsum(n0) - n0)[t[x]] + j]
+        d[:, 0] = real[c[x] * T + d[:, 0]]
+        deps[end[x] - nd[x] + j] = d
+        later = np.flatnonzero(c > 0)
+        deps[end[later] - 1] = np.stack([real[order_[later] - T], np.full(len(later), DEP_SHIFT),
+                                         np.zeros(len(later), np.int64), np.zeros(len(later), np.int64),
+                                         np.full(len(later), ORDER)], 1)
+        b.append(rows, nd, deps)
 
 
 def tree_allreduce(b: ScheduleBuilder, chunks: int, intra: str) -> None:

@@ -4,7 +4,8 @@ Three names share one generator (:func:`compile_direct`):
 
 * ``direct`` -- AllGather, ReduceScatter, AllToAll, Broadcast, Reduce. Every rank PUTs the
   piece each peer needs straight to that peer, all PUTs in one group: one template per peer
-  offset k = 1..N-1 (rank j -> rank j+k). ReduceScatter and Reduce use PUT_REDUCE (the
+  offset, rank (d, l) -> rank (d+kd, l+kl) on the topology's (domains, ranks per domain) grid
+  (rank j -> rank j+k, k = 1..N-1, on a flat one). ReduceScatter and Reduce use PUT_REDUCE (the
   receiver reduces on arrival). Broadcast / Reduce: only the root sends / receives.
 * ``direct_oneshot`` -- AllReduce in one step: every rank PUT_REDUCEs its whole input into
   every peer's output.
@@ -33,9 +34,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from hcclsim.schedule import (
+    DATA,
     DEP_SHIFT,
     IN,
+    ORDER,
     OUT,
     PUT,
     PUT_REDUCE,
@@ -46,7 +51,6 @@ from hcclsim.schedule import (
     const,
     order,
     rank_of,
-    rot,
 )
 from hcclsim.schedule import collectives as C
 from hcclsim.schedule.algorithm import Algorithm, Problem, opt, register
@@ -61,12 +65,13 @@ class DirectOptions:
             raise ValueError("chunks must be >= 1")
 
 
-ChunkOf = Callable[[int, int], Affine]    # (peer offset k, piece p) -> chunk expression over instance j
+ChunkOf = Callable[[np.ndarray, np.ndarray, int], Affine]   # (peer offsets kd, kl; piece p) -> chunk expression
 
 
 @dataclass(frozen=True)
 class Step:
-    """Every rank j PUTs to every rank j+k (k = 1..N-1): which chunks, how, between which buffers."""
+    """Every rank (d, l) PUTs to every rank (d+kd, l+kl), (kd, kl) != (0, 0): which chunks, how, between which
+    buffers."""
 
     schunk: ChunkOf
     dchunk: ChunkOf
@@ -75,17 +80,18 @@ class Step:
     dbuf: int
 
 
-def _plan(collective: str, n: int, P: int, twoshot: bool) -> tuple[Layout, list[Step]]:
-    """The layout and the PUT steps of a rank-symmetric direct collective."""
-    def own(k, p):      # block (or piece) j of rank j, sub-chunk p
-        return rot(1, 0, n, weight=P, base=p)
+def _plan(collective: str, D: int, L: int, P: int, twoshot: bool) -> tuple[Layout, list[Step]]:
+    """The layout and the PUT steps of a rank-symmetric direct collective on the (D, L) rank grid."""
+    def own(kd, kl, p):     # block (or piece) of my rank, sub-chunk p
+        return _block(D, L, 0, 0, P, p)
 
-    def peer(k, p):     # block (or piece) j+k: the one the peer j+k owns
-        return rot(1, k, n, weight=P, base=p)
+    def peer(kd, kl, p):    # the block (or piece) the peer (d+kd, l+kl) owns
+        return _block(D, L, kd, kl, P, p)
 
-    def whole(k, p):
+    def whole(kd, kl, p):
         return const(p)
 
+    n = D * L
     if collective == C.ALL_GATHER:
         return Layout(n, P), [Step(own, own, PUT, IN, OUT)]
     if collective == C.REDUCE_SCATTER:
@@ -97,15 +103,26 @@ def _plan(collective: str, n: int, P: int, twoshot: bool) -> tuple[Layout, list[
     return Layout(1, n * P), [Step(peer, peer, PUT_REDUCE, IN, OUT), Step(own, own, PUT, OUT, OUT)]
 
 
+def _block(D: int, L: int, kd, kl, P: int, p: int) -> Affine:
+    """Chunk p of the block of rank (d+kd, l+kl), P chunks per block."""
+    return Affine(a1=1, c1=kd % D, m1=D, w1=L * P, b2=1, c2=kl % L, m2=L, w2=P, c3=p)
+
+
 def compile_direct(problem: Problem, label: str, P: int, twoshot: bool = False) -> Schedule:
-    """The shared generator of direct, direct_oneshot and direct_twoshot."""
+    """The shared generator of direct, direct_oneshot and direct_twoshot.
+
+    Ranks are addressed on the topology's (domains, ranks per domain) grid, one template per peer offset
+    (kd, kl) over every rank: on a two-tier fabric the translations of the grid are symmetries of the
+    tiers, so the analytic engine times one instance per template (hcclsim.schedule.symmetry); on a flat
+    one the grid is (1, N), offsets k = 1..N-1."""
     if problem.collective in (C.BROADCAST, C.REDUCE):
         return _rooted(problem, label, P)
-    n = problem.nranks
-    layout, steps = _plan(problem.collective, n, P, twoshot)
-    b = ScheduleBuilder(problem.collective, label, n, (1, n), layout, root=problem.root)
+    n, D, L = problem.nranks, problem.topology.domains, problem.topology.local
+    layout, steps = _plan(problem.collective, D, L, P, twoshot)
+    b = ScheduleBuilder(problem.collective, label, n, (D, L), layout, root=problem.root)
+    kd, kl = np.divmod(np.arange(1, n), L)          # peer offsets, as linear offset k = kd*L + kl = 1..N-1
     wait_chan = len(steps) * (n - 1)
-    sent: dict[tuple[int, int, int], int] = {}      # (step, k, piece) -> template
+    sent: dict[tuple[int, int], np.ndarray] = {}    # (step, piece) -> templates of offsets k = 1..N-1
     waits: dict[tuple[int, int], int] = {}          # (step, piece) -> template of the wait gating it
     for w in range(P + len(steps) - 1):             # wave w: step s sends piece w - s
         live = [(s, w - s) for s in range(len(steps)) if 0 <= w - s < P]
@@ -113,31 +130,35 @@ def compile_direct(problem: Problem, label: str, P: int, twoshot: bool = False) 
         if gated:
             g = b.next_group()
             for s, p in gated:
-                waits[(s, p)] = _wait(b, n, g, [sent[(s - 1, k, p)] for k in range(1, n)],
-                                      waits.get((s, p - 1)), wait_chan)
+                waits[(s, p)] = _wait(b, D, L, g, sent[(s - 1, p)], kd, kl, waits.get((s, p - 1)), wait_chan)
         g = b.next_group()
         for s, p in live:
             st = steps[s]
-            for k in range(1, n):
-                deps = [order(sent[(s, k, p - 1)])] if p else []   # the channel sends in order
-                if s:
-                    deps.append(waits[(s, p)])
-                sent[(s, k, p)] = b.op(src=rank_of(1, n), dst=rank_of(1, n, 0, k), schunk=st.schunk(k, p),
-                                       dchunk=st.dchunk(k, p), group=g, inst=(1, n), kind=st.kind,
-                                       sbuf=st.sbuf, dbuf=st.dbuf, chan=s * (n - 1) + k - 1, deps=deps)
+            deps = []                                            # per offset: ...
+            if p:
+                deps.append(np.stack([sent[(s, p - 1)], *np.zeros((3, n - 1), np.int64),
+                                      np.full(n - 1, ORDER)], 1))  # ... the channel sends in order
+            if s:
+                deps.append(np.tile([waits[(s, p)], DEP_SHIFT, 0, 0, DATA], (n - 1, 1)))
+            sent[(s, p)] = b.ops(n - 1, src=rank_of(D, L), dst=rank_of(D, L, kd, kl), schunk=st.schunk(kd, kl, p),
+                                 dchunk=st.dchunk(kd, kl, p), group=g, inst=(D, L), kind=st.kind, sbuf=st.sbuf,
+                                 dbuf=st.dbuf, chan=s * (n - 1) + np.arange(n - 1), ndeps=len(deps),
+                                 deps=np.stack(deps, 1) if deps else None)
     return b.build()
 
 
-def _wait(b: ScheduleBuilder, n: int, group: int, incoming: list[int], prev: int | None, chan: int) -> int:
-    """Rank j waits until the PUTs of templates ``incoming`` (offset k = 1..N-1, from rank j-k) landed.
+def _wait(b: ScheduleBuilder, D: int, L: int, group: int, incoming: np.ndarray, kd, kl, prev: int | None,
+          chan: int) -> int:
+    """Rank (d, l) waits until the PUTs of templates ``incoming`` (offset (kd, kl), from rank (d-kd, l-kl))
+    landed.
 
     A zero-byte local op (no links, no time): one dependency per template instead of one per
     (sender, receiver) pair.
     """
-    deps = [(t, DEP_SHIFT, 0, -k) for k, t in enumerate(incoming, start=1)]
+    deps = [(int(t), DEP_SHIFT, -int(i), -int(j)) for t, i, j in zip(incoming, kd, kl)]
     if prev is not None:
         deps.append(prev)
-    return b.op(src=rank_of(1, n), dst=rank_of(1, n), schunk=const(0), nchunks=0, group=group, inst=(1, n),
+    return b.op(src=rank_of(D, L), dst=rank_of(D, L), schunk=const(0), nchunks=0, group=group, inst=(D, L),
                 chan=chan, deps=deps)
 
 

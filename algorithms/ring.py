@@ -14,7 +14,10 @@ position (i, j) -- domain i, j-th rank of the ring inside it -- is rank
 i*L + ((j + o - i) mod L) for the channel's order o, so the ring enters domain
 i at local o - i, leaves it from local o - i - 1 and crosses to the same local
 (the same rail) of domain i + 1; C = L channels spread the scale-out traffic
-over every NIC (NCCL's one ring per NIC, src/graph/search.cc).
+over every NIC (NCCL's one ring per NIC, src/graph/search.cc). The flat ring
+(``rails=off``) on two tiers is laid out by position too (position (i, j) is rank
+i*L + j): a template per position in a domain over the D domains, whose step is a
+symmetry of the tiers, so the analytic engine times one domain (docs/model.md).
 
 Mesh rings (``permute``, on by default on a full mesh): channel c runs on the
 Hamiltonian cycle c of mesh_cycles(N), cycles that share no link, so the N-1
@@ -33,12 +36,14 @@ C = len(mesh_cycles(N)) (N-1 = 7 on 8 ranks) -- docs/algorithms.md (ring, closed
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise
 from math import gcd
 
+import numpy as np
+
 from hcclsim.schedule import (
-    DEP_SHIFT,
+    ORDER,
     OUT,
     PUT,
     PUT_REDUCE,
@@ -46,7 +51,6 @@ from hcclsim.schedule import (
     Layout,
     ScheduleBuilder,
     const,
-    order,
     rank_of,
     rot,
 )
@@ -131,52 +135,103 @@ class Ring(Algorithm):
             return _chain(problem, self.label, P)
         k = chans * P
         layout = Layout(C.nblocks(coll, n), n * k if coll == C.ALL_REDUCE else k)
-        if self._rails(problem):
-            topo = problem.topology
-            b = ScheduleBuilder(coll, self.label, n, (topo.domains, topo.local), layout)
-            _rail_rings(b, coll, topo.domains, topo.local, chans, P)
-            b.notes["rails"] = True
+        topo = problem.topology
+        rails = self._rails(problem)
+        if rails or topo.kind == "hierarchical" and topo.domains > 1 and topo.local > 1:
+            # rings over ring positions, the D domains the instances: a domain step is a symmetry of the tiers
+            # (of the rail rings' too, turning the rail); the flat ring is the rank order, position j of a domain
+            # its j-th rank
+            D, L = topo.domains, topo.local
+            b = ScheduleBuilder(coll, self.label, n, (D, L), layout)
+            channels = [rail_order(D, L, c) if rails else (0, 1 - 2 * (c % 2)) for c in range(chans)]
+            _rings(b, coll, P, channels, L, (D, 1), *_rail_ends(D, L, k, rail_layout(D, L)[:2] if rails else (0, L - 1)))
+            if rails:
+                b.notes["rails"] = True
             return b.build()
         if self._permute(problem):
             b = ScheduleBuilder(coll, self.label, n, (1, n), layout)
-            _mesh_rings(b, coll, mesh_cycles(n), chans, P)
+            cycles = mesh_cycles(n)
+            _rings(b, coll, P, [(c % len(cycles), 1) for c in range(chans)], n, (1, 1), *_mesh_ends(cycles, k))
             b.notes["permute"] = True
             return b.build()
         b = ScheduleBuilder(coll, self.label, n, (1, n), layout)
-        steps = _steps(coll, n)
-        tid: dict[tuple[int, int, int], int] = {}   # (step index, chunk, channel) -> template
-        for g, s_idx, p, ph, s in _waves(b, steps, P):
-            for c in range(chans):
-                d = 1 if c % 2 == 0 else -1
-                offset = -d * (s + 1) if ph == "rs" else -d * s     # block sent by rank j: (j + offset) mod n
-                chunk = rot(1, offset, n, weight=k, base=c * P + p)
-                deps = []
-                if s_idx > 0:
-                    up = tid[(s_idx - 1, p, c)]
-                    deps.append((up, 0, 0, -d))                    # the chunk arrived from my upstream
-                    deps.append(order(up))                         # my own previous send of it has left
-                if p > 0:
-                    deps.append(order(tid[(s_idx, p - 1, c)]))     # the channel sends a step's chunks in order
-                tid[(s_idx, p, c)] = b.op(src=rank_of(1, n), dst=rank_of(1, n, 0, d), schunk=chunk, group=g,
-                                          inst=(1, n), kind=PUT_REDUCE if ph == "rs" else PUT, chan=c,
-                                          deps=deps)
+        _rings(b, coll, P, [(0, 1 - 2 * (c % 2)) for c in range(chans)], 1, (1, n), *_flat_ends(n, k))
         return b.build()
 
 
-def _waves(b: ScheduleBuilder, steps: list, P: int):
-    """(group, step index, chunk, phase, step) of every wave w, a group each: chunk p of step w - p for
-    every p (the pipeline: a channel's chunks of one step leave in order, one step behind each other)."""
-    for w in range(len(steps) + P - 1):
-        g = b.next_group()
-        for p in range(P):
-            if 0 <= w - p < len(steps):
-                yield (g, w - p, p, *steps[w - p])
+def _rings(b: ScheduleBuilder, coll: str, P: int, channels: list[tuple[int, int]], J: int, inst: tuple[int, int],
+           ends, upstream) -> None:
+    """Every channel's ring, built as arrays: one template per (step, chunk, channel c, ring position j < J)
+    (a flat ring on one tier: J = 1, its instances the ranks; on two tiers, rail rings or not: the L
+    positions in a domain, instances the domains; mesh rings: the n positions), in wave order: wave w, one group, holds chunk p of step w - p
+    for every p (the pipeline: a channel's chunks of one step leave in order, one step behind each other).
+
+    channels[c] = (order, dir): channel c's ring (its order or cycle) and direction. ends(o, j, dir, back)
+    -> (src, dst, block): who sends to whom and the block (weighted by the chunks per block) of the position
+    ``back`` places behind: -dir*(s+1) in ReduceScatter step s, -dir*s in AllGather step s, the flat ring's
+    rule by ring position. upstream(j, dir) -> (j', si, sj): the position and instance shift the chunk
+    arrives from. A transfer waits for that arrival, for its own send of the chunk in the previous step to
+    have left, and for the channel's previous chunk of the step to have left."""
+    (rs, step), chans = _steps(coll, b.nranks), len(channels)
+    pairs = np.argwhere(np.ones((len(step), P), bool))                      # (step index, chunk) ...
+    pairs = pairs[np.lexsort((pairs[:, 1], pairs.sum(1)))]                  # ... by wave, then chunk
+    slot = np.empty((len(step), P), np.int64)
+    slot[pairs[:, 0], pairs[:, 1]] = np.arange(len(pairs))
+    q, c, j = (x.ravel() for x in np.indices((len(pairs), chans, J)))
+    s_idx, p = pairs[q, 0], pairs[q, 1]
+    rs, step = rs[s_idx], step[s_idx]
+    o, d = (np.array(x)[c] for x in zip(*channels))
+    src, dst, block = ends(o, j, d, np.where(rs, -d * (step + 1), -d * step))
+
+    def tid(s_idx, p, j):
+        return (slot[s_idx, p] * chans + c) * J + j
+
+    uj, si, sj = upstream(j, d)
+    T = len(q)
+    deps = np.zeros((T, 3, 5), np.int64)        # step 0 and chunk 0 index garbage here: `has` drops those
+    deps[:, 0, 0], deps[:, 0, 2], deps[:, 0, 3] = tid(s_idx - 1, p, uj), si, sj
+    deps[:, 1, 0], deps[:, 2, 0] = tid(s_idx - 1, p, j), tid(s_idx, p - 1, j)
+    deps[:, 1:, 4] = ORDER
+    has = np.stack([s_idx > 0, s_idx > 0, p > 0], 1)
+    b.ops(T, src=src, dst=dst, schunk=replace(block, c3=block.c3 + c * P + p), group=s_idx + p, inst=inst,
+          kind=np.where(rs, PUT_REDUCE, PUT), chan=c, ndeps=has.sum(1), deps=deps[has])
 
 
-def _steps(coll: str, n: int) -> list[tuple[str, int]]:
-    """(phase, step) in order: ReduceScatter steps 'rs' 0..n-2, AllGather steps 'ag' 0..n-2."""
-    phases = {C.ALL_REDUCE: ("rs", "ag"), C.REDUCE_SCATTER: ("rs",), C.ALL_GATHER: ("ag",)}[coll]
-    return [(ph, s) for ph in phases for s in range(n - 1)]
+def _flat_ends(n: int, k: int):
+    """The flat ring: instance j is rank j; it sends to j + dir the block of rank j + back."""
+    def ends(o, j, d, back):
+        return rank_of(1, n), rank_of(1, n, 0, d), rot(1, back, n, weight=k)
+    return ends, lambda j, d: (j, 0, -d)
+
+
+def _rail_ends(D: int, L: int, k: int, layout: tuple[int, int]):
+    """Rings by position on the (D, L) grid, laid out as rail_rank: template position j of every domain i
+    (the instance); upstream, position j - dir may sit in the previous or next domain."""
+    def ends(o, j, d, back):
+        return (rail_rank(D, L, o, j, 0, layout), rail_rank(D, L, o, j, d, layout),
+                _scaled(rail_rank(D, L, o, j, back, layout), k))
+
+    def upstream(j, d):
+        di, uj = np.divmod(j - d, L)
+        return uj, di, 0
+    return ends, upstream
+
+
+def _mesh_ends(cycles: list, k: int):
+    """Mesh rings: position j of cycle o is rank cycles[o][j], every endpoint a constant."""
+    cyc = np.array(cycles)
+    n = cyc.shape[1]
+
+    def ends(o, j, d, back):
+        return (Affine(c3=cyc[o, j]), Affine(c3=cyc[o, (j + 1) % n]), Affine(c3=cyc[o, (j + back) % n] * k))
+    return ends, lambda j, d: ((j - 1) % n, 0, 0)
+
+
+def _steps(coll: str, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(reduce, step) of every step in order: ReduceScatter steps 0..n-2 (reduce True), AllGather steps
+    0..n-2."""
+    phases = {C.ALL_REDUCE: (True, False), C.REDUCE_SCATTER: (True,), C.ALL_GATHER: (False,)}[coll]
+    return np.repeat(phases, n - 1), np.tile(np.arange(n - 1), len(phases))
 
 
 def rail_layout(D: int, L: int) -> tuple[int, int, bool]:
@@ -209,50 +264,24 @@ def rail_order(D: int, L: int, c: int) -> tuple[int, int]:
     return 2 * q * (m // q) + m % q, 1 if c % 2 == 0 else -1
 
 
-def _walk(L: int, e: int, j: int) -> int:
+def _walk(L: int, e: int, j):
     """Local offset of the j-th rank a ring visits in a domain: 0, 1, ..., L-1 without e, then e."""
-    if j == L - 1:
-        return e
-    return j + 1 if j >= e else j
+    return np.where(j == L - 1, e, j + (j >= e))
 
 
-def rail_rank(D: int, L: int, o: int, j: int, shift: int = 0) -> Affine:
+def rail_rank(D: int, L: int, o: int, j: int, shift: int = 0, layout: tuple[int, int] | None = None) -> Affine:
     """Rank at ring position i*L + j + shift, for every domain i (the instance), in ring order o:
     position (i', j') is rank i'*L + ((o + a*i' + walk(j')) mod L); D*a = 0 mod L keeps it affine in i
-    across the wrap from domain D-1 to domain 0."""
-    a, e, _ = rail_layout(D, L)
-    di, dj = divmod(j + shift, L)
+    across the wrap from domain D-1 to domain 0. layout: (a, e), rail_layout's unless given ((0, L-1), o = 0:
+    the rank order)."""
+    a, e = layout if layout is not None else rail_layout(D, L)[:2]
+    di, dj = np.divmod(j + shift, L)
     return Affine(a1=1, c1=di % D, m1=D, w1=L, a2=a, c2=(o + a * di + _walk(L, e, dj)) % L, m2=L, w2=1)
 
 
-def _scaled(a: Affine, weight: int, base: int) -> Affine:
-    """a * weight + base (for a's with c3 = 0)."""
-    return Affine(a.a1, a.b1, a.c1, a.m1, a.w1 * weight, a.a2, a.b2, a.c2, a.m2, a.w2 * weight, base)
-
-
-def _rail_rings(b: ScheduleBuilder, coll: str, D: int, L: int, chans: int, P: int) -> None:
-    """The ring over ring positions: one template per (step, chunk, channel, position j in the domain),
-    its instances the D domains. Position p sends to p + dir the block of the rank at p - dir*(s+1)
-    (ReduceScatter) or p - dir*s (AllGather), as the flat ring does with ranks."""
-    k = chans * P
-    steps = _steps(coll, D * L)
-    tid: dict[tuple[int, int, int, int], int] = {}     # (step index, chunk, channel, j) -> template
-    for g, s_idx, p, ph, s in _waves(b, steps, P):
-        for c in range(chans):
-            o, d = rail_order(D, L, c)
-            back = -d * (s + 1) if ph == "rs" else -d * s
-            for j in range(L):
-                deps = []
-                if s_idx > 0:
-                    di, uj = divmod(j - d, L)              # my upstream: position j - d (domain i + di)
-                    deps.append((tid[(s_idx - 1, p, c, uj)], DEP_SHIFT, di, 0))
-                    deps.append(order(tid[(s_idx - 1, p, c, j)]))
-                if p > 0:
-                    deps.append(order(tid[(s_idx, p - 1, c, j)]))
-                tid[(s_idx, p, c, j)] = b.op(
-                    src=rail_rank(D, L, o, j), dst=rail_rank(D, L, o, j, d),
-                    schunk=_scaled(rail_rank(D, L, o, j, back), k, c * P + p), group=g, inst=(D, 1),
-                    kind=PUT_REDUCE if ph == "rs" else PUT, chan=c, deps=deps)
+def _scaled(a: Affine, weight: int) -> Affine:
+    """a * weight (for a's with c3 = 0)."""
+    return Affine(a.a1, a.b1, a.c1, a.m1, a.w1 * weight, a.a2, a.b2, a.c2, a.m2, a.w2 * weight, 0)
 
 
 def mesh_cycles(n: int) -> list[tuple[int, ...]]:
@@ -284,29 +313,6 @@ def mesh_cycles(n: int) -> list[tuple[int, ...]]:
         p = next(i for i, r in enumerate(cyc) if cut.get(r) == cyc[(i + 1) % len(cyc)])
         out.append((*cyc[:p + 1], new, *cyc[p + 1:]))
     return out + [(new, *path)] if path else out
-
-
-def _mesh_rings(b: ScheduleBuilder, coll: str, cycles: list, chans: int, P: int) -> None:
-    """Rings over ring positions, as _rail_rings: one template per (step, chunk, channel, position), channel c
-    on cycle c mod len(cycles). Position p sends to p + 1 the block of the rank at p - (s+1) (ReduceScatter)
-    or p - s (AllGather)."""
-    n, k = len(cycles[0]), chans * P
-    tid: dict[tuple[int, int, int, int], int] = {}     # (step index, chunk, channel, position) -> template
-    for g, s_idx, p, ph, s in _waves(b, _steps(coll, n), P):
-        for c in range(chans):
-            ring = cycles[c % len(cycles)]
-            back = -(s + 1) if ph == "rs" else -s
-            for j in range(n):
-                deps = []
-                if s_idx > 0:
-                    deps.append(tid[(s_idx - 1, p, c, (j - 1) % n)])   # the chunk arrived from upstream
-                    deps.append(order(tid[(s_idx - 1, p, c, j)]))     # my own previous send of it has left
-                if p > 0:
-                    deps.append(order(tid[(s_idx, p - 1, c, j)]))
-                tid[(s_idx, p, c, j)] = b.op(
-                    src=const(ring[j]), dst=const(ring[(j + 1) % n]),
-                    schunk=const(ring[(j + back) % n] * k + c * P + p), group=g,
-                    kind=PUT_REDUCE if ph == "rs" else PUT, chan=c, deps=deps)
 
 
 def _chain(problem: Problem, label: str, P: int):

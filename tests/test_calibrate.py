@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import assert_one_line_error
+from helpers import assert_one_line_error, same_schedule
 from helpers import run_cli as run
 
 from hcclsim.network.config import load_topology
@@ -427,3 +427,163 @@ def test_across_nodes_the_nic_rate_stays_physical(capsys, tmp_path):
     doc = tomllib.loads((tmp_path / "c.toml").read_text())
     assert doc["topology"]["scale_out"]["domains"] == 2                  # the --set is in the file
     assert 0.8 <= doc["topology"]["scale_out"]["efficiency"] <= 1.0
+
+
+# ------------------------------------------------------- schedules kept across a fit's model evaluations
+
+def evaluated(ref, sets):
+    """ref with the --set items sets, built as a model evaluation builds it (same name, whatever the items)."""
+    from hcclsim.network import config
+    name, label, doc = config.resolve(ref)
+    return config.build(doc, name, label, list(sets))
+
+
+def varied(ref, sets, scale):
+    """The topology ref (with --set sets) with every key calibrate fits or probes, on every tier, scaled by
+    `scale`: as a model evaluation builds it (calibrate._candidates, _overrides; fit's latency and bandwidth)."""
+    from hcclsim.analysis import calibrate
+    from hcclsim.network import config
+    name, label, doc = config.resolve(ref)
+    config.apply_overrides(doc, list(sets))
+    topo = config.build(doc, name, label)
+    tiers = ["scale_up", "scale_out"] if doc["topology"].get("kind") == "hierarchical" else [None]
+    items = {}
+    for tier in tiers:
+        for algorithm in ("ring", "in_switch"):     # the tier's efficiency, or the switch's
+            params = calibrate._candidates(doc, topo, tier, algorithm, "host")
+            for item in calibrate._overrides(params, np.full(len(params), np.log(scale)), "", 0.0):
+                items[item.split("=")[0]] = item
+        lat, bw = calibrate.nominal(doc, tier)
+        p = calibrate._prefix(tier)
+        items[f"{p}latency"] = f'{p}latency="{lat * scale!r}s"'
+        items[f"{p}bandwidth"] = f'{p}bandwidth="{bw * scale!r}B/s"'
+    return config.build(doc, name, label, list(items.values()))
+
+
+ALGORITHMS = ["ring", "ring:rails=off", "tree", "tree:shape=flat", "direct", "halving_doubling",
+              "hierarchical", "hierarchical:intra=in_switch:pipeline=on", "hierarchical:intra=ring:inter=direct",
+              "in_switch", "in_switch:chunking=fixed", "in_switch:mode=nvls", "nvls_tree"]
+
+
+def check_cache(algo, a, b, sizes=(8, 1 << 20)) -> int:
+    """For each collective and size at which algo's structure key on topology b is its key on a: the cache
+    hands b the schedule it compiled for a, without compiling, and that is the schedule algo compiles on b.
+    Returns how many such schedules were checked."""
+    from hcclsim.analysis.calibrate import Schedules
+    from hcclsim.schedule.algorithm import Problem
+    checked = 0
+    for coll in algo.collectives:
+        pa, pb = Problem(coll, a), Problem(coll, b)
+        if algo.unsupported(pa):
+            continue
+        for size in sizes:
+            sz = C.sizing(coll, size, 4, a.nranks)
+            key = algo.structure_key(pa, sz, 4)
+            if algo.structure_key(pb, sz, 4) != key:
+                continue                     # two schedules: test_the_cache_keeps_apart_...
+            cache = Schedules()
+            kept = cache(algo, pa, key)
+            assert cache(algo, pb, key) is kept and len(cache.compiled) == 1
+            assert same_schedule(kept, algo.compile(pb, key)), (algo.label, coll, size)
+            checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("ref,sets", [("dgx-h100", []), ("h100-cluster", ["scale_out.domains=3", "scale_up.ranks=4"])])
+def test_what_calibration_varies_changes_no_schedule(ref, sets):
+    """The claim the fit's schedule cache rests on (calibrate.VARIED): with every key calibrate fits or probes
+    halved, the topology's structure is the same, and every algorithm compiles the same schedule for the same
+    structure key (a rate that changes the structure does it through the key: the next test)."""
+    from hcclsim.analysis.calibrate import structure
+    from hcclsim.schedule.algorithm import parse_spec
+    a, b = varied(ref, sets, 1.0), varied(ref, sets, 0.5)
+    assert not np.array_equal(a.link_bw, b.link_bw) and not np.array_equal(a.link_lat, b.link_lat)
+    assert a.endpoint != b.endpoint and a.tiers != b.tiers
+    assert structure(a) == structure(b)
+    checked = {spec: check_cache(parse_spec(spec), a, b) for spec in ALGORITHMS}
+    runs = [s for s, n in checked.items() if n]
+    assert len(runs) >= (6 if ref == "dgx-h100" else 10), checked      # most algorithms run on each
+
+
+def test_a_compile_that_reads_a_varied_rate_is_caught():
+    """The broken case the check above exists for: an algorithm whose schedule depends on the link bandwidth
+    without its structure key saying so (2 chunks on a slower link, 1 on a faster) gets the other topology's
+    schedule from the cache, and check_cache says so."""
+    from hcclsim.schedule.algorithm import parse_spec
+    ring = type(parse_spec("ring"))
+
+    class ReadsTheBandwidth(ring):
+        def compile(self, problem, key):
+            return super().compile(problem, 2 if problem.topology.tiers[0].bandwidth < 400e9 else 1)
+
+    with pytest.raises(AssertionError, match="ring"):
+        check_cache(ReadsTheBandwidth(), varied("dgx-h100", [], 1.0), varied("dgx-h100", [], 0.5), sizes=(8,))
+
+
+@pytest.mark.parametrize("spec,coll,first,second", [
+    # hierarchical intra=auto at 1 MiB on 2 x 8 ranks: in_switch - ring = P/(Q B) - 12 h (P = S/8 = 128 KiB,
+    # Q = 32 chunks of 32 KiB, B = 450 GB/s: 9.1 ns; h the scale-up hop latency): in_switch at 300 ns, ring at 0
+    ("hierarchical", "all_reduce", ("h100-cluster", ["scale_out.domains=2"], 0),
+     (["scale_out.domains=2", "scale_up.latency=0"], 0)),
+    # the same 4 chunks (the key) streamed as NCCL's steps where the endpoint has NVLS channels, else whole
+    ("in_switch:chunks=4", "all_reduce", ("dgx-h100", [], 0), (["endpoint.in_switch_channels=0"], 0)),
+    ("ring", "broadcast", ("dgx-h100", [], 0), ([], 3)),                                    # the root
+    ("nvls_tree:channel_bw_2=50", "all_reduce", ("h100-cluster", ["scale_out.domains=2"], 0),   # the options:
+     (["scale_out.domains=2"], 0)),                                                   # another rate cap
+])
+def test_the_cache_keeps_apart_schedules_that_differ(spec, coll, first, second):
+    """A change of the key calibrate varies or of anything else that makes another schedule gets that
+    schedule from the cache, never the one kept before (a key without the structure key, the topology's
+    other fields, the root or the options would return it)."""
+    from hcclsim.analysis.calibrate import Schedules
+    from hcclsim.schedule.algorithm import Problem, parse_spec
+    ref, sets, root = first
+    algo = parse_spec(spec)
+    if spec.startswith("nvls_tree"):
+        algo, other = parse_spec("nvls_tree"), algo                     # same topology, other options
+    else:
+        other = algo
+    pa = Problem(coll, evaluated(ref, sets), root)
+    pb = Problem(coll, evaluated(ref, second[0]), second[1])
+    sz = C.sizing(coll, 1 << 20, 4, pa.nranks)
+    cache = Schedules()
+    kept = cache(algo, pa, algo.structure_key(pa, sz, 4))
+    key = other.structure_key(pb, sz, 4)
+    got = cache(other, pb, key)
+    assert not same_schedule(got, kept)                     # the change makes another schedule...
+    assert same_schedule(got, other.compile(pb, key))       # ...and the cache returns it
+
+
+def test_a_fit_is_the_same_with_and_without_the_cache(monkeypatch):
+    """fit_model's result is identical when every model evaluation compiles its schedules afresh, and the
+    cache compiles each (algorithm, structure key, protocol forced by -a auto) once where that compiled them
+    in every evaluation. dgx-h100 -a auto (the library's ring or NVLS per size, with its protocol), 4 sizes
+    of the model at efficiency 0.7, 1 % slower."""
+    from hcclsim.analysis import calibrate
+    from hcclsim.network import config
+    from hcclsim.results.nccltests import Measurement
+    sizes = [8, 64 << 10, 1 << 20, 8 << 20]          # ring/LL up to 1 MiB, NVLS/Simple at 8 MiB
+    rows = sweep(load_topology("dgx-h100", ["efficiency=0.7"]), ["all_reduce"], "auto", sizes, launch="loop").rows
+    m = Measurement("synthetic", "all_reduce", None, None, "float32", rows.size_bytes.to_numpy(),
+                    rows.time_us.to_numpy() * 1.01)
+    name, label, doc = config.resolve("dgx-h100")
+    compiles = []
+    real = calibrate.Schedules.__call__
+
+    def counted(self, algo, problem, key):
+        n = len(self.compiled)
+        out = real(self, algo, problem, key)
+        compiles.append(len(self.compiled) > n)
+        return out
+
+    monkeypatch.setattr(calibrate.Schedules, "__call__", counted)
+    cached = calibrate.fit_model(doc, name, label, "all_reduce", "auto", m, "float32", "loop")
+    # two schedules for the whole fit: the ring (structure key 1 at every size) the library runs with LL at
+    # 8 B-1 MiB, NVLS (one key, one size) with Simple at 8 MiB (test_tune.py: its crossover is ~1.1 MB)
+    assert sum(compiles) == 2 and len(compiles) > 20
+    monkeypatch.setattr(calibrate.Schedules, "__call__", lambda self, algo, problem, key: algo.compile(problem, key))
+    fresh = calibrate.fit_model(doc, name, label, "all_reduce", "auto", m, "float32", "loop")
+    assert [(p.key, p.value, p.se, p.why_kept) for p in cached.params] == \
+        [(p.key, p.value, p.se, p.why_kept) for p in fresh.params]
+    assert np.array_equal(cached.model_us, fresh.model_us) and cached.protocols == fresh.protocols
+    assert cached.fitted and cached.fitted[0].key == "efficiency"

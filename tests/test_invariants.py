@@ -97,8 +97,9 @@ def test_more_bandwidth_is_never_slower(topo, name, coll):
 # Where the one-instance (symmetric) path must be taken, by hand: a schedule in which every rank does the
 # same thing shifted (no root; ring, direct, in-switch and hierarchical phases, not trees or XOR
 # partners) on a topology whose rank translations are automorphisms -- every flat kind but the torus
-# (its ranks are numbered x*Y + y, so rank + 1 is no symmetry) for the flat (1, N) grid, and the
-# two-tier fabrics for the hierarchical algorithm's (D, L) grid only. Not the ring on a full mesh: its
+# (its ranks are numbered x*Y + y, so rank + 1 is no symmetry) for the flat (1, N) grid; on two-tier
+# fabrics the (D, L) grid of hierarchical, rings and direct, and for trees over the domains (tree, nvls_tree)
+# the shift within a domain's row (schedule/symmetry.py's rows path). Not the ring on a full mesh: its
 # channels run on different Hamiltonian cycles (ring's permute), which no rank translation maps onto each other.
 SYMMETRIC_ALGORITHMS = ("ring", "direct", "direct_oneshot", "direct_twoshot", "in_switch")
 
@@ -107,8 +108,8 @@ def _symmetric_expected(topo, name, coll) -> bool:
     if coll in (C.BROADCAST, C.REDUCE):
         return False
     family = name.split(":")[0]
-    if topo.domains > 1:        # the rail rings: a domain step turns the rail, a symmetry of the tiers
-        return family == "hierarchical" or family == "ring" and "rails=off" not in name
+    if topo.domains > 1:        # a domain step (rail rings: turning the rail), or a shift within the domains' rows
+        return family in ("hierarchical", "ring", "direct", "direct_oneshot", "direct_twoshot", "tree", "nvls_tree")
     return family in SYMMETRIC_ALGORITHMS and topo.kind != "torus2d" and not (family == "ring" and
                                                                          topo.kind == "full_mesh")
 

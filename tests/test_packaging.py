@@ -3,19 +3,6 @@
 import os
 import subprocess
 import sys
-from pathlib import Path
-
-import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-    target = tmp_path_factory.mktemp("site")
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                    "--target", str(target), str(ROOT)], check=True, capture_output=True, cwd=target)
-    return target
 
 
 def test_wheel_install_runs_from_another_directory(installed, tmp_path):

@@ -1,6 +1,7 @@
 """Start-up: `hccl-bench --version`, `--help` and every command's `--help` load no numpy, pandas or numba
 (hcclsim/cli/__init__.py imports a command when it runs; hcclsim/core/names.py holds the names the options
-print). Timing is in bench/startup.py; here only what is imported."""
+print), and a command that runs no kernel loads no numba (hcclsim/core/jit.py imports it at the first kernel
+call). Timing is in bench/startup.py; here only what is imported."""
 
 from __future__ import annotations
 
@@ -19,11 +20,11 @@ PROBE = ("import sys\nfrom hcclsim.cli import main\nstatus = main(sys.argv[1:])\
          f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r})))\nsys.exit(status)")
 
 
-def heavy_imports(*args: str) -> list[str]:
+def heavy_imports(*args: str, status: int = 0) -> list[str]:
     """The heavy packages a whole `hccl-bench ARGS` process imported (its last stdout line)."""
     out = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=120,
                          check=False)
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == status, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1].replace("'", '"'))
 
 
@@ -34,8 +35,17 @@ def test_help_and_version_import_no_numpy_pandas_or_numba(args):
 
 
 def test_the_probe_sees_a_command_that_computes():
-    """The oracle above is not blind: listing the presets builds topologies, which needs numpy and numba."""
-    assert set(heavy_imports("topologies")) >= {"numpy", "numba"}
+    """The oracles here are not blind: a sweep runs kernels (numba) and makes its rows a DataFrame (pandas)."""
+    assert set(heavy_imports("sweep", "-t", "switch8", "-a", "ring", "-b", "1K", "-e", "1K", "-q")) == set(HEAVY)
+
+
+def test_listing_presets_imports_neither_pandas_nor_numba():
+    assert heavy_imports("topologies") == ["numpy"]
+
+
+def test_a_refused_sweep_imports_no_numba():
+    """-b above -e is refused (exit status 2) before any kernel runs."""
+    assert "numba" not in heavy_imports("sweep", "-b", "1M", "-e", "1K", status=2)
 
 
 def test_the_lazy_help_lines_are_the_commands_own():
@@ -58,3 +68,20 @@ def test_the_numba_cache_is_keyed_by_every_source_file():
     topology.py: the cache folder's digest covers the whole package, not only hcclsim/core."""
     names = {p.relative_to(jit.Path(jit.__file__).resolve().parent.parent).as_posix() for p in jit.sources()}
     assert {"network/topology.py", "engine/analytic.py", "engine/packet_kernel.py", "core/jit.py"} <= names
+
+
+def test_tables_are_as_wide_as_rich_makes_them():
+    """print_table counts a table's width itself (rich's measurement would walk every cell again): the count
+    is rich's, whichever line is the widest -- a header's first or second line, a cell, a wide character."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    from hcclsim.results.report import Col, _rich_table, table_width
+
+    cases = [[Col("size", ["16", "1G"]), Col("algorithm", ["ring", "tree"], left=True)],
+             [Col("time\n(us)", ["1.00", "123456.78"]), Col("busbw\n(GB/s)\nanalytic", ["0.5", "-"])],
+             [Col("ratio\npa/an", ["-"]), Col("chosen", ["\u6700\u901f ring"], left=True, drop=3)],
+             [Col("x", [])]]
+    probe = Console(width=1 << 16)
+    for cols in cases:
+        assert table_width(cols) == Measurement.get(probe, probe.options, _rich_table(cols, [], 80)).maximum

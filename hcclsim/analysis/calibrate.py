@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import json
 import re
 import warnings
@@ -87,6 +88,50 @@ class Fit:
 
 def _prefix(tier):
     return f"{tier}." if tier else ""
+
+
+# ------------------------------------------------------------- schedules kept across model evaluations
+
+# What calibration varies, as the topology's fields (at any depth: Topology, Tier, PacketParams, Endpoint,
+# Protocol): the fitted keys and those it probes (a tier's latency, bandwidth and efficiency, the endpoint's
+# launch overhead, in-switch efficiency and latency, each protocol's base latency and caps), and `spec`,
+# the [topology] table as written, which repeats them. No algorithm's compile reads them: a rate or a time
+# shapes a schedule only through its structure key (hierarchical's intra=auto weighs the scale-up bandwidth
+# against its latency there), which is part of the cache's key (tests/test_calibrate.py checks both).
+VARIED = frozenset({"link_bw", "link_lat", "bandwidth", "latency", "efficiency", "launch_overhead",
+                    "in_switch_efficiency", "in_switch_latency", "base_latency", "bandwidth_cap",
+                    "channel_bandwidth", "spec", "cache"})
+
+
+def structure(obj):
+    """obj (a topology) without the VARIED fields, hashable: what a compiled schedule may depend on besides
+    the algorithm, the collective, the root and the structure key."""
+    if dataclasses.is_dataclass(obj):
+        return (type(obj).__name__, *((f.name, structure(getattr(obj, f.name))) for f in dataclasses.fields(obj)
+                                      if f.name not in VARIED))
+    if isinstance(obj, np.ndarray):
+        return obj.dtype.str, obj.shape, obj.tobytes()
+    if isinstance(obj, (tuple, list)):
+        return tuple(structure(x) for x in obj)
+    return obj
+
+
+class Schedules:
+    """A sweep's compiler (hcclsim.sweeping.sweep.time_algorithm) that keeps the schedules of a fit: every
+    model evaluation builds a new topology, on which each algorithm compiled its schedules again (775
+    compiles in the 88 evaluations of docs/calibrate.md's 2-node `-a auto` fit; 15 with this)."""
+
+    def __init__(self):
+        self.compiled: dict = {}
+
+    def __call__(self, algo, problem, key):
+        topo = problem.topology
+        if "structure" not in topo.cache:
+            topo.cache["structure"] = structure(topo)
+        k = (type(algo), algo.options, problem.collective, problem.root, key, topo.cache["structure"])
+        if k not in self.compiled:
+            self.compiled[k] = algo.compile(problem, key)
+        return self.compiled[k]
 
 
 def model_us(doc, name, label, collective, algorithm, m: Measurement, dtype, tier, lat, bw) -> np.ndarray:
@@ -476,9 +521,10 @@ def _overrides(params, u, peak_key, peak) -> list[str]:
 class _Model:
     """The analytic engine at the measured sizes, as a function of the parameters' log-offsets."""
 
-    def __init__(self, doc, name, label, collective, algorithm, m, dtype, launch, params, peak_key):
+    def __init__(self, doc, name, label, collective, algorithm, m, dtype, launch, params, peak_key, schedules):
         self.args = (doc, name, label, collective, algorithm, m, dtype, launch)
-        self.params, self.peak_key = params, peak_key
+        self.params, self.peak_key, self.schedules = params, peak_key, schedules
+        self.evaluated: dict = {}        # rows by --set items: the fit comes back to points (u = 0, its result)
         self.peak = 0.0
         if peak_key:
             from ..core.units import parse_bandwidth
@@ -489,11 +535,15 @@ class _Model:
 
     def rows(self, u, extra=()):
         doc, name, label, collective, algorithm, m, dtype, launch = self.args
-        topo = config.build(doc, name, label, [*_overrides(self.params, u, self.peak_key, self.peak), *extra])
-        rows = sweep(topo, [collective], algorithm, m.size_bytes.tolist(), dtype=dtype, launch=launch).rows
-        if len(rows) != len(m.size_bytes):
-            raise ConfigError(f"--algorithm: expected one algorithm, got {rows['algorithm'].nunique()}")
-        return rows
+        items = (*_overrides(self.params, u, self.peak_key, self.peak), *extra)
+        if items not in self.evaluated:
+            topo = config.build(doc, name, label, list(items))
+            rows = sweep(topo, [collective], algorithm, m.size_bytes.tolist(), dtype=dtype, launch=launch,
+                         compiler=self.schedules).rows
+            if len(rows) != len(m.size_bytes):
+                raise ConfigError(f"--algorithm: expected one algorithm, got {rows['algorithm'].nunique()}")
+            self.evaluated[items] = rows
+        return self.evaluated[items]
 
     def residual(self, u, extra=()) -> np.ndarray:
         return self.rows(u, extra)["time_us"].to_numpy(np.float64) / self.args[5].time_us - 1.0
@@ -537,15 +587,16 @@ def fit_model(doc: dict, name: str, label: str, collective: str, algorithm: str,
     """Fit the execution model's physical constants to the measurement (module comment above)."""
     hier = two_tier(doc, name, tier)
     check_measurement(m)
+    schedules = Schedules()
     with numeric_errors(m.source):
         if hier and tier in (None, "auto"):
-            tier = _pick_tier_model(doc, name, label, collective, algorithm, m, dtype, launch)
+            tier = _pick_tier_model(doc, name, label, collective, algorithm, m, dtype, launch, schedules)
         tier = tier if hier else None
         topo = config.build(doc, name, label)
         params = _candidates(doc, topo, tier, algorithm, launch)
         peak_key = f"{_prefix(tier)}bandwidth" if params[0].key.endswith(".efficiency") or \
             params[0].key == "efficiency" else ""
-        model = _Model(doc, name, label, collective, algorithm, m, dtype, launch, params, peak_key)
+        model = _Model(doc, name, label, collective, algorithm, m, dtype, launch, params, peak_key, schedules)
         u = np.zeros(len(params))
         r0 = model.residual(u)
         J0 = model.jacobian(u, r0, np.ones(len(u), bool))
@@ -607,13 +658,13 @@ def _undetermined(params, free, J, r, source):
     return None
 
 
-def _pick_tier_model(doc, name, label, collective, algorithm, m, dtype, launch) -> str:
+def _pick_tier_model(doc, name, label, collective, algorithm, m, dtype, launch, schedules) -> str:
     """The tier whose efficiency the largest measured size depends on most."""
     slow = {}
     for t in TIERS:
         eff = float(doc["topology"][t].get("efficiency", 1.0))
         rows = sweep(config.build(doc, name, label, [f"{t}.efficiency={eff / 2!r}"]), [collective], algorithm,
-                     m.size_bytes[-1:].tolist(), dtype=dtype, launch=launch).rows
+                     m.size_bytes[-1:].tolist(), dtype=dtype, launch=launch, compiler=schedules).rows
         slow[t] = float(rows["time_us"].iloc[-1])
     return max(TIERS, key=lambda t: slow[t])
 

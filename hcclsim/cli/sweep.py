@@ -81,11 +81,9 @@ def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, fa
     from ..core.units import parse_time
     from ..engine.execution import Noise
     from ..network.config import load_topology
-    from ..results.nccltests_format import to_nccl_tests
     from ..results.provenance import metadata
     from ..results.report import output_format, render_table, to_csv, to_json, without_zero_bytes, write
     from ..results.safefile import OutputLock
-    from ..results.trace import write_trace
     from ..sweeping.sweep import parse_engines, size_grid, sweep
     from ..sweeping.vary import combinations, split
     from ._long import run as long_run
@@ -126,6 +124,8 @@ def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, fa
     elif axes and output:
         write(result.rows, output, meta)
     if trace_file:
+        from ..results.trace import write_trace
+
         first = result.rows.iloc[0]
         write_trace(trace_file, topo, first.collective, first.algorithm, sizes[-1], dtype, root)
         note(f"wrote a packet-engine trace of {first.collective} {first.algorithm} at {sizes[-1]} bytes to "
@@ -135,6 +135,8 @@ def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, fa
     elif fmt == "json":
         sys.stdout.write(to_json(result.rows))
     elif fmt == "nccl-tests":
+        from ..results.nccltests_format import to_nccl_tests
+
         sys.stdout.write(to_nccl_tests(result.rows, topo.local, minbytes, maxbytes, factor, iters))
     else:
         rows, notes = (result.rows, []) if zero_bytes else without_zero_bytes(result.rows)

@@ -3,6 +3,11 @@
 ``NUMBA_DISABLE_JIT=1`` runs every kernel as plain Python (slow, but traceable and
 measurable by coverage).
 
+Numba is imported when a kernel first runs, not when a module defining one is imported: importing
+numba takes about 0.3 s, and a command that reads files, prints help or refuses its input runs no
+kernel (tests/test_startup.py). A kernel is a ``Kernel`` until then; a kernel that calls another
+compiles against the other's Numba dispatcher (numba types a Kernel as that dispatcher).
+
 Compiled kernels are cached on disk (``cache=True``). Numba keys a cached kernel by its own
 source file only, so a kernel that calls a function from another module (every engine calls
 ``route_kernel``) would keep stale machine code after that module changed. The cache therefore
@@ -12,11 +17,14 @@ cache. ``NUMBA_CACHE_DIR`` still overrides it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import threading
 from pathlib import Path
 
-import numba
+_lock = threading.Lock()
+_numba = None
 
 
 def sources() -> list[Path]:
@@ -32,10 +40,46 @@ def _cache_dir() -> str:
     return str(base / f"numba-{digest.hexdigest()[:16]}")
 
 
-if not os.environ.get("NUMBA_CACHE_DIR"):
-    numba.config.CACHE_DIR = _cache_dir()
+def _load_numba():
+    """numba, imported once, with the cache folder set and Kernel known to its typing."""
+    global _numba
+    if _numba is None:
+        import numba
+        from numba.extending import typeof_impl
 
-njit = numba.njit(cache=True, nogil=True)
+        if not os.environ.get("NUMBA_CACHE_DIR"):
+            numba.config.CACHE_DIR = _cache_dir()
+        typeof_impl.register(Kernel)(lambda kernel, c: numba.typeof(kernel.dispatcher()))
+        _numba = numba
+    return _numba
 
-# small helpers of hot loops: inlined into their caller at Numba IR level (no call, no refcounts)
-njit_inline = numba.njit(cache=True, nogil=True, inline="always")
+
+class Kernel:
+    """A function that Numba compiles (or loads from the cache) on its first call.
+
+    targetoptions and py_func are the names Numba's inlining pass reads off a dispatcher."""
+
+    def __init__(self, fn, **options):
+        functools.update_wrapper(self, fn)
+        self.py_func = fn
+        self.targetoptions = {"cache": True, "nogil": True, **options}
+        self._dispatcher = None
+
+    def dispatcher(self):
+        if self._dispatcher is None:
+            with _lock:
+                if self._dispatcher is None:
+                    self._dispatcher = _load_numba().njit(**self.targetoptions)(self.py_func)
+        return self._dispatcher
+
+    def __call__(self, *args):
+        return self.dispatcher()(*args)
+
+
+def njit(fn) -> Kernel:
+    return Kernel(fn)
+
+
+def njit_inline(fn) -> Kernel:
+    """A small helper of hot loops: inlined into its caller at Numba IR level (no call, no refcounts)."""
+    return Kernel(fn, inline="always")

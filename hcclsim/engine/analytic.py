@@ -237,88 +237,133 @@ def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, dep_kind, gr
 
 
 @njit
-def symmetric_kernel(tmpl, dep_ptr, dep_t, dep_kind, group_ptr, params, link_bw, link_lat, max_hops, orbit,
-                     orbit_size, rank_orbit, rank_orbit_size, nbytes, want_links, nranks, overhead, red_bw):
+def symmetric_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_kind, group_ptr, params, link_bw, link_lat,
+                     max_hops, orbit, orbit_size, rank_orbit, rank_orbit_size, reps, shape_of, nbytes, want_links,
+                     nranks, overhead, red_bw):
     """analytic_kernel for schedules whose instances a symmetry of the topology maps onto each other
     (hcclsim.schedule.symmetry.schedule_orbits).
 
-    Every instance of a template finishes at the same time, so only instance (0, 0)
-    is walked; a link's sharers are its orbit's hops divided by the orbit's size, and a rank's
-    reductions of a group are its rank orbit's reductions divided by the orbit's ranks.
-    nbytes[t, s]: the largest transfer of template t at size s.
+    reps[t] = 1: every instance of template t finishes at the same time and instance (0, 0) is walked;
+    reps[t] = ID: the instances of each row r do, and instance (r, 0) is walked for every r (then one more
+    slot holds the maxima over the rows, for dependencies on a whole column or template). A link's sharers
+    are its orbit's hops divided by the orbit's size, and a rank's reductions of a group are its rank
+    orbit's reductions divided by the orbit's ranks. nbytes[shape_of[t], s]: the largest transfer of
+    template t at size s (transfer_bytes).
     """
     red = np.zeros(len(rank_orbit_size))
-    T, S = nbytes.shape
+    T, S = len(tmpl), nbytes.shape[1]
+    start = np.empty(S)
+    last_in = np.empty(S)
+    slot0 = np.zeros(T + 1, np.int64)        # template t's slots: its representatives, then their maxima
+    for t in range(T):
+        slot0[t + 1] = slot0[t] + reps[t] + (reps[t] > 1)
     norb = len(orbit_size)
-    fin = np.zeros((T, S))
-    left = np.zeros((T, S))
-    first = np.zeros((T, S))
+    fin = np.zeros((slot0[T], S))
+    left = np.zeros((slot0[T], S))
+    first = np.zeros((slot0[T], S))
     gmax = np.zeros(S)
     hops = np.zeros(norb)
-    links = np.empty(max_hops, np.int64)
+    widest = 0                               # representatives of the largest group: their routes are kept
+    for g in range(len(group_ptr) - 1):
+        widest = max(widest, slot0[group_ptr[g + 1]] - slot0[group_ptr[g]])
+    routes = np.empty((widest, max_hops), np.int64)
+    nhops = np.empty(widest, np.int64)
     orbit_bytes = np.zeros((norb if want_links else 0, S))
     for g in range(len(group_ptr) - 1):
         t0, t1 = group_ptr[g], group_ptr[g + 1]
         for t in range(t0, t1):
             row = tmpl[t]
-            dst = _aff(row, F_DST, F_C3 + 1, 0, 0)
-            h = route_kernel(params, _aff(row, F_SRC, F_C3, 0, 0), dst, links)
-            for k in range(h):
-                hops[orbit[links[k]]] += row[F_ID] * row[F_IL]
-            if row[F_KIND] == PUT_REDUCE and dst < nranks:
-                red[rank_orbit[dst]] += row[F_ID] * row[F_IL]
+            weight = row[F_ID] * row[F_IL] // reps[t]       # the instances a representative stands for
+            for r in range(reps[t]):
+                dst = _aff(row, F_DST, F_C3 + 1, r, 0)
+                x = slot0[t] - slot0[t0] + r
+                h = route_kernel(params, _aff(row, F_SRC, F_C3, r, 0), dst, routes[x])
+                nhops[x] = h
+                for k in range(h):
+                    hops[orbit[routes[x, k]]] += weight
+                if row[F_KIND] == PUT_REDUCE and dst < nranks:
+                    red[rank_orbit[dst]] += weight
         for t in range(t0, t1):
             row = tmpl[t]
-            h = route_kernel(params, _aff(row, F_SRC, F_C3, 0, 0), _aff(row, F_DST, F_C3 + 1, 0, 0), links)
-            lat = 0.0
-            inv = 0.0
-            for k in range(h):
-                lk = links[k]
-                lat += link_lat[lk]
-                x = hops[orbit[lk]] / orbit_size[orbit[lk]] / link_bw[lk]
-                inv = max(inv, x)
-            src, dst = _aff(row, F_SRC, F_C3, 0, 0), _aff(row, F_DST, F_C3 + 1, 0, 0)
-            if red_bw > 0 and row[F_KIND] == PUT_REDUCE and dst < nranks:
-                inv = max(inv, red[rank_orbit[dst]] / rank_orbit_size[rank_orbit[dst]] / red_bw)
-            for s in range(S):
-                start = 0.0
-                last_in = 0.0
+            weight = row[F_ID] * row[F_IL] // reps[t]
+            for r in range(reps[t]):
+                src, dst = _aff(row, F_SRC, F_C3, r, 0), _aff(row, F_DST, F_C3 + 1, r, 0)
+                links = routes[slot0[t] - slot0[t0] + r]
+                h = nhops[slot0[t] - slot0[t0] + r]
+                lat = 0.0
+                inv = 0.0
+                for k in range(h):
+                    lk = links[k]
+                    lat += link_lat[lk]
+                    x = hops[orbit[lk]] / orbit_size[orbit[lk]] / link_bw[lk]
+                    inv = max(inv, x)
+                if red_bw > 0 and row[F_KIND] == PUT_REDUCE and dst < nranks:
+                    inv = max(inv, red[rank_orbit[dst]] / rank_orbit_size[rank_orbit[dst]] / red_bw)
+                x = slot0[t] + r
+                start[:] = 0.0
+                last_in[:] = 0.0
                 for e in range(dep_ptr[t], dep_ptr[t + 1]):
-                    u, kind = dep_t[e], dep_kind[e]
+                    u, kind, mode = dep_t[e], dep_kind[e], dep_mode[e]
+                    if reps[u] == 1:
+                        y = slot0[u]
+                    elif mode == DEP_SHIFT or mode == DEP_ROW:       # a row of u: its representative
+                        y = slot0[u] + (r + dep_si[e]) % tmpl[u, F_ID]
+                    else:                                           # a column or all of u: every row
+                        y = slot0[u] + reps[u]
                     if kind == STREAM:
-                        start = max(start, first[u, s])
-                        last_in = max(last_in, fin[u, s])
+                        for s in range(S):
+                            start[s] = max(start[s], first[y, s])
+                            last_in[s] = max(last_in[s], fin[y, s])
                     else:
-                        start = max(start, left[u, s] if kind == ORDER else fin[u, s])
-                start += overhead if src < nranks else 0.0
-                left[t, s] = max(start + nbytes[t, s] * inv, last_in)
-                first[t, s] = start + lat
-                f = left[t, s] + lat
-                fin[t, s] = f
-                gmax[s] = max(gmax[s], f)
-                if want_links:
-                    for k in range(h):
-                        orbit_bytes[orbit[links[k]], s] += nbytes[t, s] * row[F_ID] * row[F_IL]
+                        done = left if kind == ORDER else fin
+                        for s in range(S):
+                            start[s] = max(start[s], done[y, s])
+                delay = overhead if src < nranks else 0.0
+                for s in range(S):
+                    b = nbytes[shape_of[t], s]
+                    left[x, s] = max(start[s] + delay + b * inv, last_in[s])
+                    first[x, s] = start[s] + delay + lat
+                    f = left[x, s] + lat
+                    fin[x, s] = f
+                    gmax[s] = max(gmax[s], f)
+                    if want_links:
+                        for k in range(h):
+                            orbit_bytes[orbit[links[k]], s] += b * weight
+            if reps[t] > 1:
+                x = slot0[t] + reps[t]
+                for s in range(S):
+                    for y in range(slot0[t], x):
+                        fin[x, s] = max(fin[x, s], fin[y, s])
+                        left[x, s] = max(left[x, s], left[y, s])
+                        first[x, s] = max(first[x, s], first[y, s])
         for t in range(t0, t1):
-            row = tmpl[t]
-            h = route_kernel(params, _aff(row, F_SRC, F_C3, 0, 0), _aff(row, F_DST, F_C3 + 1, 0, 0), links)
-            for k in range(h):
-                hops[orbit[links[k]]] = 0.0
+            for x in range(slot0[t] - slot0[t0], slot0[t] - slot0[t0] + reps[t]):
+                for k in range(nhops[x]):
+                    hops[orbit[routes[x, k]]] = 0.0
         red[:] = 0.0
     return gmax, orbit_bytes
 
 
 def max_transfer_bytes(s: Schedule, block_elems: np.ndarray, dtype_size: int) -> np.ndarray:
-    """bytes[t, s]: an upper bound, exact when chunks divide evenly, on template t's largest transfer.
+    """bytes[t, s]: an upper bound, exact when chunks divide evenly, on template t's largest transfer."""
+    shape_of, nbytes = transfer_bytes(s, block_elems, dtype_size)
+    return nbytes[shape_of]
+
+
+def transfer_bytes(s: Schedule, block_elems: np.ndarray, dtype_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(shape_of int64[T], bytes float64[shapes, S]): max_transfer_bytes of template t is
+    bytes[shape_of[t]], one row per distinct (chunks, runs) of the schedule's templates.
 
     A run of n chunks holds n*q elements plus at most min(n, r*(n//k + 1)) extra ones, where a
     block of E elements is cut into k chunks of q = E // k, the first r = E % k one larger.
     """
     k = s.layout.k
-    n = s.tmpl[:, F_N][:, None]
+    wide = int(s.tmpl[:, F_NRUN].max()) + 1
+    shapes, shape_of = np.unique(s.tmpl[:, F_N] * wide + s.tmpl[:, F_NRUN], return_inverse=True)
+    n, nrun = np.divmod(shapes[:, None], wide)
     q, r = np.divmod(np.asarray(block_elems, np.int64)[None, :], k)
     extra = np.minimum(n, r * (n // k + 1))
-    return (s.tmpl[:, F_NRUN][:, None] * (n * q + extra) * dtype_size).astype(np.float64)
+    return shape_of.ravel().astype(np.int64), (nrun * (n * q + extra) * dtype_size).astype(np.float64)
 
 
 def plan_pool(s: Schedule):
@@ -362,10 +407,11 @@ def run(schedule: Schedule, topo: Topology, block_elems, dtype_size: int, want_l
     s = schedule
     if orbits is not None:
         orbit, sizes = orbits.link, orbits.link_size
-        nbytes = max_transfer_bytes(s, block_elems, dtype_size)
-        t, ob = symmetric_kernel(s.tmpl, s.dep_ptr, s.dep_t, s.dep_kind, s.group_ptr, topo.params, topo.link_bw,
-                                 topo.link_lat, topo.max_hops, orbit, sizes, orbits.rank, orbits.rank_size, nbytes,
-                                 want_links, topo.nranks, ep.issue_overhead, ep.reduction_bandwidth)
+        shape_of, nbytes = transfer_bytes(s, block_elems, dtype_size)
+        t, ob = symmetric_kernel(s.tmpl, s.dep_ptr, s.dep_t, s.dep_mode, s.dep_si, s.dep_kind, s.group_ptr,
+                                 topo.params, topo.link_bw, topo.link_lat, topo.max_hops, orbit, sizes, orbits.rank,
+                                 orbits.rank_size, orbits.reps, shape_of, nbytes, want_links, topo.nranks,
+                                 ep.issue_overhead, ep.reduction_bandwidth)
         links = ob[orbit] / sizes[orbit][:, None] if want_links else np.zeros((0, len(block_elems)))
         return Timing(time=t, link_bytes=links, transfers=s.ntransfers)
     offset, summarize, pool_rows = plan_pool(schedule)

@@ -356,7 +356,7 @@ def prepare(schedule: Schedule, topo: Topology, block_elems: int, dtype_size: in
     xt[:, K.X_PKB], xt[:, K.X_LASTB] = np.minimum(mtu, nbytes), last
     xt[:, K.X_PATH], xt[:, K.X_PLEN] = ptr[:-1], plen
     xt[:, K.X_JOB], xt[:, K.X_FUSED] = job_of, fused
-    xt[:, K.X_REDUCE] = s.tmpl[t, F_KIND] == PUT_REDUCE
+    xt[:, K.X_REDUCE] = (s.tmpl[t, F_KIND] == PUT_REDUCE) & (dst < n) & (topo.endpoint.reduction_bandwidth > 0)
     xt[:, K.X_RANKSRC] = src < n
     consumer = np.repeat(np.arange(len(src)), np.diff(dptr))
     data = ex["dkind"] != ORDER             # DATA and STREAM: a switch output streams anyway (_jobs)

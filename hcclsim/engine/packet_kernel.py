@@ -1,10 +1,11 @@
 """The packet engine's event loop: one Numba kernel over flat arrays, no object per packet.
 
 Time is integer picoseconds. Events sit in a calendar queue: bucket ``b`` holds the events of
-``[b << wsh, (b+1) << wsh)``; a bucket is sorted (hand-written quicksort) when its turn comes
-and drained in order. Keys are ``(time within bucket) << PB | payload``, so the order
-``(time, payload)`` is total and a run never depends on how the queue stores events. An event
-scheduled into the bucket being drained goes to a small binary heap merged with it.
+``[b << wsh, (b+1) << wsh)``; a bucket is sorted when its turn comes (calendar._sort) and drained
+in order. Keys are ``(time within bucket) << PB | kind << IDB | id``, the id being the link of a
+TX_DONE or an ARRIVE, the transfer of a START, the rank of a REDUCED: the order (time, kind, id) is
+total and depends on the model alone, not on where the kernel keeps a packet. An event scheduled
+into the bucket being drained goes to a small binary heap merged with it.
 
 Model (docs/packet.md):
 * a transfer is ready when its dependencies have finished; a rank starts ready transfers in
@@ -22,18 +23,28 @@ Model (docs/packet.md):
   frees the entry;
 * a packet that a rank reduces on arrival queues for the rank's reduction unit.
 
+Two kinds of event skip the calendar when nothing waits for them, which leaves about two queued
+events per packet on a two-hop path instead of four (S_EVENTS still counts them, S_QUEUED not):
+* a packet's arrival at the end of its path, unless it is its transfer's last packet or a job's
+  contribution or reduced on arrival: a transfer's packets follow one path in order, so only the
+  last arrival is seen (it counts the others in);
+* a port's TX_DONE when, as the port starts a packet, no packet is queued behind it and no port
+  waits for its credit: the port is "quiet". Whoever looks at it next either finds that the
+  TX_DONE would have run by now in the (time, kind, id) order and applies it (_sending, _settle),
+  or queues it after all, at its own key (_unquiet). Either way the run is the one the queued
+  TX_DONE would give, bit for bit.
+
 Speed (bench/packet.py): the work an event triggers runs as *actions* on a LIFO stack. The last
 action an action pushes would be popped at once, so it is kept in a variable and run directly
-(a TRY of a port that is busy, which would do nothing, is not pushed at all, and TRY injects a
-transfer's next packet itself in the common case, as INJECT would right after it); the blocks of
-the loop are in the order of the common chains (a port frees -> it starts its next packet -> the
-transfer injects its next one; a packet arrives -> the next port starts it), which therefore run
-in one pass without touching the stack. State is row-major in a few 1-D arrays (a row per
-transfer, packet, link, rank, node) indexed with unsigned offsets. ``_run`` never allocates or
-rebinds an array (in Numba that costs reference-count traffic on every pass): when an action
-needs room that it does not have, it stops before changing anything and returns; ``packet_kernel``
-grows the array and calls ``_run`` again, which runs that action first. The machine code of
-``_run`` is sensitive to small changes (±10 %): measure with ``python -m bench packet``.
+(TRY injects a transfer's next packet itself in the common case, as INJECT would right after it);
+the blocks of the loop are in the order of the common chains (a port frees -> it starts its next
+packet -> the transfer injects its next one; a packet arrives -> the next port starts it), which
+therefore run in one pass without touching the stack. State is row-major in a few 1-D arrays (a
+row per transfer, packet, link, rank, node) indexed with unsigned offsets. ``_run`` never
+allocates or rebinds an array (in Numba that costs reference-count traffic on every pass): when an
+action needs room that it does not have, it stops before changing anything and returns;
+``packet_kernel`` grows the array and calls ``_run`` again, which runs that action first. The
+machine code of ``_run`` is sensitive to small changes (±10 %): measure with ``python -m bench packet``.
 """
 
 from __future__ import annotations
@@ -41,12 +52,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..core.jit import njit
-from .calendar import PB, PMASK, U, _heap_pop, _qsort, _queue, _room
+from .calendar import IDB, IDMASK, PAYMASK, PB, U, _heap_pop, _queue, _room, _sort
 
 EV_TX_DONE, EV_ARRIVE, EV_START, EV_REDUCED = 0, 1, 2, 3
 FIX = 16                                  # link_ser / reduce costs are ps per byte << FIX
 
-# transfer table columns (xt, built by packet.prepare)
+# transfer table columns (xt, built by packet.prepare; X_REDUCE: its rank's reduction unit reduces it on arrival)
 X_SRC, X_DST, X_NPK, X_PKB, X_LASTB, X_PATH, X_PLEN, X_JOB, X_FUSED, X_REDUCE, X_RANKSRC = range(11)
 NX = 11
 # The kernel's state is row-major in 1-D arrays: row offsets are uint64 (id << shift) and the
@@ -57,12 +68,17 @@ NX = 11
  T_NEXTPK, T_QUEUED, T_DELIV, T_NDEPS, T_XNEXT) = (U(i) for i in range(16))
 TSH = 4
 # packet rows
-P_X, P_IDX, P_BYTES, P_HOP, P_TAIL, P_NEXT, P_PATH, P_PLEN = (U(i) for i in range(8))
+P_X, P_IDX, P_BYTES, P_HOP, P_TAIL, P_NEXT, P_PATH, P_L2 = (U(i) for i in range(8))   # P_L2: the link after this one, or -1
 PSH = 3
-# link rows
-(L_QH, L_QT, L_BUSY, L_HELD, L_USED, L_WHEAD, L_WNEXT, L_WAITING, L_BUSYPS, L_OPEN_FROM, L_OPEN_TO,
- L_SER, L_LAT, L_BUF, L_CUT) = (U(i) for i in range(15))
+# link rows; L_AH/L_AT: the link's wire, the packets sent on it that have not arrived, in order (an ARRIVE
+# names the link and takes the head)
+(L_QH, L_QT, L_BUSY, L_HELD, L_USED, L_WHEAD, L_WNEXT, L_WAITING, L_BUSYPS, L_AH, L_AT,
+ L_SER, L_LAT, L_BUF, L_CUT, L_UNTIL) = (U(i) for i in range(16))
 LSH = 4
+# L_BUSY: idle; sending until L_UNTIL with its TX_DONE queued; or sending with none queued, because no
+# packet or port waited for it when it started ("quiet": whoever looks next applies the TX_DONE,
+# _sending and _settle, or queues it after all, _unquiet)
+IDLE, BUSY_EVENT, BUSY_QUIET = 0, 1, 2
 # rank rows: ready queue, free engines, reduction-unit queue
 R_QH, R_QT, R_FREE, R_RUH, R_RUT = (U(i) for i in range(5))
 RSH = 3
@@ -73,13 +89,15 @@ NSH = 2
 A_NONE, A_TRY, A_INJECT, A_READY, A_ENGINES, A_WAKE_TABLE, A_COMPLETE, A_DELIVER = range(8)
 E_TX_DONE, E_ARRIVE, E_START, E_REDUCED = 8, 9, 10, 11
 # _run's saved scalars
-Z_NHEAP, Z_CUR, Z_POS, Z_CNT, Z_PENDING, Z_NOW, Z_NWORK, Z_NSLOTS, Z_FREE, Z_NTR, Z_CSH = range(11)
-NZ = 11
+Z_NHEAP, Z_CUR, Z_POS, Z_CNT, Z_NOW, Z_NWORK, Z_NSLOTS, Z_FREE, Z_NTR, Z_CSH, Z_BMAX, Z_CPAY = range(12)
+NZ = 12
 # what _run returns: finished, or which array to grow before calling it again
-G_DONE, G_HEAP, G_BUCKETS, G_PACKETS, G_TRACE, G_LOST = range(6)
+G_DONE, G_HEAP, G_BUCKETS, G_PACKETS, G_TRACE = range(5)
 # statistics
-S_EVENTS, S_PEAK_QUEUE, S_TABLE_PEAK, S_TABLE_STALL, S_UNFINISHED = range(5)
-NSTATS = 5
+# S_EVENTS counts every event of the model, S_QUEUED those that went through the calendar (the others:
+# arrivals and TX_DONEs that nothing waited for, module docstring)
+S_EVENTS, S_PEAK_QUEUE, S_TABLE_PEAK, S_TABLE_STALL, S_UNFINISHED, S_QUEUED = range(6)
+NSTATS = 6
 
 
 @njit
@@ -109,6 +127,37 @@ def _enqueue(pk, ls, lk, p):
 
 
 @njit
+def _sending(ls, o, lk, now, cpay):
+    """Whether quiet port lk (row o) is still sending where the run stands (at now, running the event
+    of payload cpay or what it triggered): its TX_DONE, had it been queued, would not have run yet."""
+    until = ls[o + L_UNTIL]
+    return until > now or (until == now and ((EV_TX_DONE << IDB) | lk) >= cpay)
+
+
+@njit
+def _settle(ls, o):
+    """What quiet port (row o)'s TX_DONE would have done: it is idle, its packet's credit is back."""
+    ls[o + L_BUSY] = IDLE
+    ls[o + L_USED] -= ls[o + L_HELD]
+
+
+@njit
+def _unquiet(ls, o, lk, bk, bc, heap, nheap, csh, cur, wsh, mask, bmax):
+    """Queue port lk (row o)'s TX_DONE, at its own key (room checked): something now waits for it."""
+    ls[o + L_BUSY] = BUSY_EVENT
+    return _queue(bk, bc, heap, nheap, csh, cur, wsh, mask, ls[o + L_UNTIL], (EV_TX_DONE << IDB) | lk, bmax)
+
+
+@njit
+def _unwire(pk, ls, ao, po):
+    """Take the packet at po off the head of the wire of the link at row ao (it has arrived)."""
+    q = pk[po + P_NEXT]
+    ls[ao + L_AH] = q
+    if q < 0:
+        ls[ao + L_AT] = -1
+
+
+@njit
 def _new_packet(pk, xs, path_links, ls, x, k, nb, now, p):
     """Fill slot p with packet k of transfer x and queue it at the transfer's first link (returned)."""
     po = U(p) << PSH
@@ -118,16 +167,17 @@ def _new_packet(pk, xs, path_links, ls, x, k, nb, now, p):
     pk[po + P_BYTES] = nb
     pk[po + P_HOP] = 0
     pk[po + P_TAIL] = now
-    pk[po + P_PATH] = xs[xo + T_PATH]
-    pk[po + P_PLEN] = xs[xo + T_PLEN]
-    lk = path_links[U(xs[xo + T_PATH])]
+    path = xs[xo + T_PATH]
+    pk[po + P_PATH] = path
+    pk[po + P_L2] = path_links[U(path + 1)] if xs[xo + T_PLEN] > 1 else -1
+    lk = path_links[U(path)]
     _enqueue(pk, ls, lk, p)
     return lk
 
 
 @njit
 def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_fan_ptr, job_fan_idx, job_pk_ptr, jk_count, jk_held,
-         finish, start, blocked_at, ls, rs, ns, pk, tr, bk, bc, heap, work, qstack, z, stats,
+         finish, start, blocked_at, ls, lt, rs, ns, pk, tr, bk, bc, btmp, heap, work, qstack, z, stats,
          nranks, issue_ps, rel_ps, jit_ps, reduce_ser, wsh, nbuckets, want_trace):
     """Run events and actions until every event is done (G_DONE) or an array must grow (G_*).
 
@@ -139,9 +189,10 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
     trcap = len(tr) // 3
     csh = z[Z_CSH]
     nheap, cur, pos, cnt = z[Z_NHEAP], z[Z_CUR], z[Z_POS], z[Z_CNT]
-    pending, now, nwork = z[Z_PENDING], z[Z_NOW], z[Z_NWORK]
+    now, nwork, cpay = z[Z_NOW], z[Z_NWORK], z[Z_CPAY]
     nslots, free_top, ntr = z[Z_NSLOTS], z[Z_FREE], z[Z_NTR]
-    events, peak_queue = stats[S_EVENTS], stats[S_PEAK_QUEUE]
+    queued, implicit, peak_queue = stats[S_QUEUED], stats[S_EVENTS] - stats[S_QUEUED], stats[S_PEAK_QUEUE]
+    bmax = z[Z_BMAX]
     code = G_DONE
     act = A_NONE
     ident = 0
@@ -153,20 +204,17 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
                 act = w & 15
                 ident = w >> 4
             else:                                                   # ---------------- next event
-                if pending == 0:
-                    break
                 if pos >= cnt and nheap == 0:                       # current bucket done: find the next
                     bc[U(cur & mask)] = 0
                     cur += 1
                     guard = 0
-                    while bc[U(cur & mask)] == 0 and guard <= nbuckets:
+                    while bc[U(cur & mask)] == 0 and guard < nbuckets:
                         cur += 1
                         guard += 1
-                    if guard > nbuckets:                            # lost events: a bug, never a hang
-                        code = G_LOST
+                    if guard == nbuckets:                           # the calendar is empty: done
                         break
                     cnt = bc[U(cur & mask)]
-                    _qsort(bk, (cur & mask) << csh, ((cur & mask) << csh) + cnt, qstack)
+                    _sort(bk, (cur & mask) << csh, ((cur & mask) << csh) + cnt, btmp, qstack)
                     pos = 0
                 kk = U(((cur & mask) << csh) + pos)
                 if nheap > 0 and (pos >= cnt or heap[0] < bk[kk]):
@@ -175,31 +223,34 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
                 else:
                     key = bk[kk]
                     pos += 1
-                pending -= 1
-                events += 1
+                queued += 1
                 now = (cur << wsh) | (key >> PB)
-                act = E_TX_DONE + (key & 3)
-                ident = (key & PMASK) >> 2
-        if act == E_ARRIVE:                                         # a packet reached the end of a link
-            p = ident
+                cpay = key & PAYMASK
+                act = E_TX_DONE + (cpay >> IDB)
+                ident = key & IDMASK
+        if act == E_ARRIVE:                                         # a packet reached the end of link ident
+            ao = U(ident) << LSH
+            p = ls[ao + L_AH]
             po = U(p) << PSH
-            hop = pk[po + P_HOP] + 1
-            if hop < pk[po + P_PLEN]:                               # on to the next port
+            l2 = pk[po + P_L2]
+            if l2 >= 0:                                             # on to the next port
+                _unwire(pk, ls, ao, po)
+                hop = pk[po + P_HOP] + 1
                 pk[po + P_HOP] = hop
-                l2 = path_links[U(pk[po + P_PATH] + hop)]
+                plen = xs[(U(pk[po + P_X]) << TSH) + T_PLEN]
+                pk[po + P_L2] = path_links[U(pk[po + P_PATH] + hop + 1)] if hop + 1 < plen else -1
                 _enqueue(pk, ls, l2, p)
-                act = A_NONE
-                if ls[(U(l2) << LSH) + L_BUSY] == 0:
-                    act = A_TRY
-                    ident = l2
+                act = A_TRY
+                ident = l2
             else:
                 xo = U(pk[po + P_X]) << TSH
-                if xs[xo + T_REDUCE] == 1 and reduce_ser > 0 and xs[xo + T_DST] < nranks:
+                if xs[xo + T_REDUCE] == 1:
                     ro = U(xs[xo + T_DST]) << RSH                   # queue for the rank's reduction unit
                     t = now + ((pk[po + P_BYTES] * reduce_ser) >> FIX)
                     if not _room(bc, nheap, hcap, csh, cur, wsh, mask, t, 1):
                         code = G_HEAP if t >> wsh == cur else G_BUCKETS
                         break
+                    _unwire(pk, ls, ao, po)
                     idle = rs[ro + R_RUH] < 0
                     pk[po + P_NEXT] = -1
                     if rs[ro + R_RUT] < 0:
@@ -208,14 +259,15 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
                         pk[(U(rs[ro + R_RUT]) << PSH) + P_NEXT] = p
                     rs[ro + R_RUT] = p
                     if idle:
-                        nheap = _queue(bk, bc, heap, nheap, csh, cur, wsh, mask, t, (p << 2) | EV_REDUCED)
-                        pending += 1
+                        nheap, bmax = _queue(bk, bc, heap, nheap, csh, cur, wsh, mask, t, (EV_REDUCED << IDB) | xs[xo + T_DST], bmax)
                     act = A_NONE
                 else:
+                    _unwire(pk, ls, ao, po)
                     act = A_DELIVER
+                    ident = p
         if act == E_TX_DONE:                                        # a port finished sending
             o = U(ident) << LSH
-            ls[o + L_BUSY] = 0
+            ls[o + L_BUSY] = IDLE
             held = ls[o + L_HELD]
             if held > 0:                                            # the packet left this switch port
                 ls[o + L_USED] -= held
@@ -232,34 +284,47 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
             o = U(lk) << LSH
             p = ls[o + L_QH]
             act = A_NONE
-            if ls[o + L_BUSY] != 0 or p < 0:
+            if p < 0:
                 continue
+            if nheap + 3 > hcap or bmax + 3 > (1 << csh):           # room for 3 events anywhere
+                code = G_HEAP if nheap + 3 > hcap else G_BUCKETS
+                act = A_TRY
+                break
+            st = ls[o + L_BUSY]
+            if st != IDLE:
+                if st == BUSY_EVENT:
+                    continue                                        # its TX_DONE will start p
+                if _sending(ls, o, lk, now, cpay):                  # p waits for its TX_DONE after all
+                    nheap, bmax = _unquiet(ls, o, lk, bk, bc, heap, nheap, csh, cur, wsh, mask, bmax)
+                    implicit -= 1
+                    continue
+                _settle(ls, o)
             po = U(p) << PSH
             hop = pk[po + P_HOP]
             nb = pk[po + P_BYTES]
-            cont = hop + 1 < pk[po + P_PLEN]
+            l2 = pk[po + P_L2]
+            cont = l2 >= 0
             o2 = U(0)
             used = 0
             if cont:
-                o2 = U(path_links[U(pk[po + P_PATH] + hop + 1)]) << LSH
+                o2 = U(l2) << LSH
+                if ls[o2 + L_BUSY] == BUSY_QUIET and not _sending(ls, o2, l2, now, cpay):
+                    _settle(ls, o2)
                 used = ls[o2 + L_USED]
                 if used > 0 and used + nb > ls[o2 + L_BUF]:
                     if ls[o + L_WAITING] == 0:                      # wait, head of line, for credit
                         ls[o + L_WAITING] = 1
                         ls[o + L_WNEXT] = ls[o2 + L_WHEAD]
                         ls[o2 + L_WHEAD] = lk
+                    if ls[o2 + L_BUSY] == BUSY_QUIET:               # its TX_DONE will wake the waiters
+                        nheap, bmax = _unquiet(ls, o2, l2, bk, bc, heap, nheap, csh, cur, wsh, mask, bmax)
+                        implicit -= 1
                     continue
             done = now + ((nb * ls[o + L_SER]) >> FIX)
             done = max(done, pk[po + P_TAIL])                       # cannot finish before its tail is in
             lat = ls[o + L_LAT]
             arrive = now + lat if cont and ls[o + L_CUT] != 0 else done + lat   # cut-through: the head
-            if not (_room(bc, nheap, hcap, csh, cur, wsh, mask, done, 3)
-                    and _room(bc, nheap, hcap, csh, cur, wsh, mask, arrive, 2)):
-                heap_full = (done >> wsh == cur or arrive >> wsh == cur) and nheap + 3 > hcap
-                code = G_HEAP if heap_full else G_BUCKETS
-                act = A_TRY
-                break
-            if want_trace and ls[o + L_OPEN_FROM] >= 0 and now > ls[o + L_OPEN_TO] and ntr >= trcap:
+            if want_trace and lt[2 * lk] >= 0 and now > lt[2 * lk + 1] and ntr >= trcap:
                 code = G_TRACE
                 act = A_TRY
                 break
@@ -271,34 +336,43 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
             ls[o + L_QH] = q
             if q < 0:
                 ls[o + L_QT] = -1
-            ls[o + L_BUSY] = 1
             ls[o + L_HELD] = nb if hop > 0 else 0                   # credit it held in this port's buffer
+            ls[o + L_UNTIL] = done
             ls[o + L_BUSYPS] += done - now
             if want_trace:
-                if ls[o + L_OPEN_FROM] >= 0 and now <= ls[o + L_OPEN_TO]:
-                    ls[o + L_OPEN_TO] = done
+                if lt[2 * lk] >= 0 and now <= lt[2 * lk + 1]:
+                    lt[2 * lk + 1] = done
                 else:
-                    if ls[o + L_OPEN_FROM] >= 0:
+                    if lt[2 * lk] >= 0:
                         tr[3 * ntr] = lk
-                        tr[3 * ntr + 1] = ls[o + L_OPEN_FROM]
-                        tr[3 * ntr + 2] = ls[o + L_OPEN_TO]
+                        tr[3 * ntr + 1] = lt[2 * lk]
+                        tr[3 * ntr + 2] = lt[2 * lk + 1]
                         ntr += 1
-                    ls[o + L_OPEN_FROM] = now
-                    ls[o + L_OPEN_TO] = done
-            nheap = _queue(bk, bc, heap, nheap, csh, cur, wsh, mask, done, (lk << 2) | EV_TX_DONE)
-            nheap = _queue(bk, bc, heap, nheap, csh, cur, wsh, mask, arrive, (p << 2) | EV_ARRIVE)
-            pk[po + P_TAIL] = done + lat
-            pending += 2
-            if hop == 0:
-                x = pk[po + P_X]
-                xo = U(x) << TSH
+                    lt[2 * lk] = now
+                    lt[2 * lk + 1] = done
+            x = pk[po + P_X]
+            xo = U(x) << TSH
+            if cont or xs[xo + T_JOB] >= 0 or xs[xo + T_REDUCE] != 0 or pk[po + P_IDX] == xs[xo + T_NPK] - 1:
+                nheap, bmax = _queue(bk, bc, heap, nheap, csh, cur, wsh, mask, arrive, (EV_ARRIVE << IDB) | lk, bmax)
+                pk[po + P_TAIL] = done + lat
+                pk[po + P_NEXT] = -1                                # onto the link's wire, in order
+                if ls[o + L_AT] < 0:
+                    ls[o + L_AH] = p
+                else:
+                    pk[(U(ls[o + L_AT]) << PSH) + P_NEXT] = p
+                ls[o + L_AT] = p
+            else:                                                   # nothing waits for it to arrive
+                xs[xo + T_DELIV] += 1
+                implicit += 1
+                pk[po + P_NEXT] = free_top
+                free_top = p
+            if hop == 0:   # noqa: SIM102  (the inner test is the hot path's; kept apart for reading)
                 if xs[xo + T_FUSED] == 0:
                     xs[xo + T_QUEUED] = 0
                     k = xs[xo + T_NEXTPK]
                     npk = xs[xo + T_NPK]
                     if k >= npk and order_ptr[x + 1] > order_ptr[x]:   # when its last byte has left
-                        nheap = _queue(bk, bc, heap, nheap, csh, cur, wsh, mask, done, (((x << 1) | 1) << 2) | EV_START)
-                        pending += 1
+                        nheap, bmax = _queue(bk, bc, heap, nheap, csh, cur, wsh, mask, done, (EV_START << IDB) | (x << 1) | 1, bmax)
                     if k < npk and xs[xo + T_JOB] < 0 and free_top >= 0:
                         # INJECT's common case, run here: the next packet joins this (busy) port's queue
                         q = free_top
@@ -315,6 +389,11 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
                         rs[(U(r) << RSH) + R_FREE] += 1
                         act = A_ENGINES
                         ident = r
+            if ls[o + L_QH] >= 0 or ls[o + L_WHEAD] >= 0:           # a packet or a port waits for it
+                nheap, bmax = _unquiet(ls, o, lk, bk, bc, heap, nheap, csh, cur, wsh, mask, bmax)
+            else:                                                   # nobody does yet: no TX_DONE
+                ls[o + L_BUSY] = BUSY_QUIET
+                implicit += 1
         if act == A_INJECT:                                         # next packet into the first link
             x = ident
             if free_top < 0 and nslots >= pkcap:
@@ -356,9 +435,8 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
             l0 = _new_packet(pk, xs, path_links, ls, x, k, nb, now, p)
             xs[xo + T_NEXTPK] = k + 1
             xs[xo + T_QUEUED] = 1
-            if ls[(U(l0) << LSH) + L_BUSY] == 0:
-                act = A_TRY
-                ident = l0
+            act = A_TRY
+            ident = l0
             continue
         if act == A_DELIVER:                                        # packet ident is in at its destination
             p = ident
@@ -412,10 +490,10 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
                 act = nxt & 15
                 ident = nxt >> 4
             continue
-        if act == E_REDUCED:                                        # the reduction unit finished ident
-            p = ident
+        if act == E_REDUCED:                                        # rank ident's reduction unit is done
+            ro = U(ident) << RSH
+            p = rs[ro + R_RUH]
             po = U(p) << PSH
-            ro = U(xs[(U(pk[po + P_X]) << TSH) + T_DST]) << RSH
             q = pk[po + P_NEXT]
             if q >= 0:
                 t = now + ((pk[(U(q) << PSH) + P_BYTES] * reduce_ser) >> FIX)
@@ -423,12 +501,12 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
                     code = G_HEAP if t >> wsh == cur else G_BUCKETS
                     break
                 rs[ro + R_RUH] = q
-                nheap = _queue(bk, bc, heap, nheap, csh, cur, wsh, mask, t, (q << 2) | EV_REDUCED)
-                pending += 1
+                nheap, bmax = _queue(bk, bc, heap, nheap, csh, cur, wsh, mask, t, (EV_REDUCED << IDB) | ident, bmax)
             else:
                 rs[ro + R_RUH] = -1
                 rs[ro + R_RUT] = -1
             act = A_DELIVER
+            ident = p
         elif act == E_START:                                        # issue overhead passed, or a transfer left
             if ident & 1:                                           # its last byte left: release order deps
                 x = ident >> 1
@@ -477,8 +555,7 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
                 rs[ro + R_FREE] -= 1
                 start[x] = now
                 if t > now:
-                    nheap = _queue(bk, bc, heap, nheap, csh, cur, wsh, mask, t, (x << 3) | EV_START)
-                    pending += 1
+                    nheap, bmax = _queue(bk, bc, heap, nheap, csh, cur, wsh, mask, t, (EV_START << IDB) | (x << 1), bmax)
                 else:
                     work[U(nwork)] = (x << 4) | A_INJECT
                     nwork += 1
@@ -511,9 +588,9 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
         work[U(nwork)] = (ident << 4) | act
         nwork += 1
     z[Z_NHEAP], z[Z_CUR], z[Z_POS], z[Z_CNT] = nheap, cur, pos, cnt
-    z[Z_PENDING], z[Z_NOW], z[Z_NWORK] = pending, now, nwork
-    z[Z_NSLOTS], z[Z_FREE], z[Z_NTR] = nslots, free_top, ntr
-    stats[S_EVENTS], stats[S_PEAK_QUEUE] = events, peak_queue
+    z[Z_NOW], z[Z_NWORK], z[Z_CPAY] = now, nwork, cpay
+    z[Z_NSLOTS], z[Z_FREE], z[Z_NTR], z[Z_BMAX] = nslots, free_top, ntr, bmax
+    stats[S_EVENTS], stats[S_QUEUED], stats[S_PEAK_QUEUE] = queued + implicit, queued, peak_queue
     return code
 
 
@@ -563,9 +640,10 @@ def packet_kernel(xt, path_links, child_ptr, child_idx, order_ptr, order_idx, nd
     ls = np.zeros(L << LSH, np.int64)
     for lk in range(L):
         o = U(lk) << LSH
-        ls[o + L_QH] = ls[o + L_QT] = ls[o + L_WHEAD] = ls[o + L_WNEXT] = ls[o + L_OPEN_FROM] = -1
+        ls[o + L_QH] = ls[o + L_QT] = ls[o + L_WHEAD] = ls[o + L_WNEXT] = ls[o + L_AH] = ls[o + L_AT] = -1
         ls[o + L_SER], ls[o + L_LAT] = link_ser[lk], link_lat[lk]
         ls[o + L_BUF], ls[o + L_CUT] = link_buf[lk], link_cut[lk]
+    lt = np.full(2 * L if want_trace else 0, -1, np.int64)     # a busy interval open per link (trace)
     rs = np.full(N << RSH, -1, np.int64)
     for r in range(N):
         rs[(U(r) << RSH) + R_FREE] = engines
@@ -590,6 +668,7 @@ def packet_kernel(xt, path_links, child_ptr, child_idx, order_ptr, order_idx, nd
     z[Z_CSH] = 6                                # 64 events per bucket to start with
     bk = np.empty(nbuckets << 6, np.int64)
     bc = np.zeros(nbuckets, np.int64)
+    btmp = np.empty(1 << 6, np.int64)          # _sort's buffer: a bucket's room
     heap = np.empty(64, np.int64)
     qstack = np.empty(128, np.int64)
     # every action that can be pending at once: a READY, COMPLETE and INJECT or two per transfer,
@@ -603,7 +682,7 @@ def packet_kernel(xt, path_links, child_ptr, child_idx, order_ptr, order_idx, nd
     z[Z_NWORK] = nwork
     while True:
         code = _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobf, job_fan_ptr, job_fan_idx, job_pk_ptr,
-                    jk_count, jk_held, finish, start, blocked_at, ls, rs, ns, pk, tr, bk, bc, heap, work,
+                    jk_count, jk_held, finish, start, blocked_at, ls, lt, rs, ns, pk, tr, bk, bc, btmp, heap, work,
                     qstack, z, stats, N, issue_ps, rel_ps, jit_ps, reduce_ser, wsh, nbuckets, want_trace)
         if code == G_HEAP:
             heap = _grown(heap, 2 * len(heap))
@@ -613,6 +692,7 @@ def packet_kernel(xt, path_links, child_ptr, child_idx, order_ptr, order_idx, nd
             for b in range(nbuckets):
                 bk2[b << (csh + 1): (b << (csh + 1)) + bc[b]] = bk[b << csh: (b << csh) + bc[b]]
             bk = bk2
+            btmp = np.empty(1 << (csh + 1), np.int64)
             z[Z_CSH] = csh + 1
         elif code == G_PACKETS:
             pk = _grown(pk, 2 * len(pk))
@@ -622,16 +702,13 @@ def packet_kernel(xt, path_links, child_ptr, child_idx, order_ptr, order_idx, nd
             break
     busy_ps = ls[L_BUSYPS::1 << LSH].copy()
     ntr = z[Z_NTR]
-    if code == G_LOST:
-        stats[S_UNFINISHED] = -1
-        return finish, start, busy_ps, stats, _rows(tr, ntr)
     if want_trace:
         tr = _grown(tr, 3 * (ntr + L))
         for lk in range(L):
-            if ls[(U(lk) << LSH) + L_OPEN_FROM] >= 0:
+            if lt[2 * lk] >= 0:
                 tr[3 * ntr] = lk
-                tr[3 * ntr + 1] = ls[(U(lk) << LSH) + L_OPEN_FROM]
-                tr[3 * ntr + 2] = ls[(U(lk) << LSH) + L_OPEN_TO]
+                tr[3 * ntr + 1] = lt[2 * lk]
+                tr[3 * ntr + 2] = lt[2 * lk + 1]
                 ntr += 1
     for x in range(X):
         if finish[x] < 0:

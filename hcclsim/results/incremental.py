@@ -40,7 +40,6 @@ from .provenance import (
     sidecar_path,
     write_sidecar,
 )
-from .read import COLUMN_TYPES, parse_column
 from .report import csv_float, output_format, write
 
 LEFT = "the files are left as they are; rerun without --resume, or write to another file"
@@ -178,6 +177,9 @@ def _read_appended(p: Path, meta: dict, columns: list[str]) -> tuple[pd.DataFram
 def _typed(rows: pd.DataFrame, labels: list[str], meta: dict, columns: list[str], text: bool) -> pd.DataFrame:
     """rows with every value checked as any results file's (hcclsim.results.read: CSV text when text,
     else JSON or Parquet values), typed as the sweep types them, and consistent with the file's setup."""
+    # imported here: a sweep that resumes nothing never loads the readers
+    from .read import COLUMN_TYPES, parse_column
+
     if list(rows.columns) != columns:
         raise ConfigError(f"{labels[0].rsplit(' ', 2)[0]} has columns {','.join(map(str, rows.columns))} but this "
                           f"sweep writes {','.join(columns)} (same --stats, -a auto and --iters/--skew/--jitter as "

@@ -7,20 +7,21 @@ import json
 import math
 import shutil
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
-import pandas as pd
+from rich.cells import cell_len
 from rich.console import Console
-from rich.measure import Measurement
 from rich.table import Table
 
 from ..core.errors import ConfigError
 from ..core.units import format_size
 from ..core.version import __version__
-from ..sweeping.best import best_per_size
 from .provenance import sidecar_path, write_sidecar
 from .safefile import replace, replace_text
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SPREAD_COLUMNS = ("time_us_p75", "time_us_p95", "time_us_min", "time_us_max")   # time (us) is the p50
 SPREAD_HEADERS = ("p75 (us)", "p95 (us)", "min (us)", "max (us)")
@@ -118,20 +119,21 @@ def print_table(title: str, cols: list[Col], file=None) -> None:
     them), and a table that still does not fit is printed at its own width, which the terminal wraps."""
     width = terminal_width()
     shown, gone = list(cols), []
-    while True:
-        table = _rich_table(shown, gone, width)
-        probe = Console(file=io.StringIO(), width=1 << 16)
-        need = Measurement.get(probe, probe.options, table).maximum
-        droppable = [c for c in shown if c.drop]
-        if need <= width or not droppable:
-            break
-        worst = max(droppable, key=lambda c: c.drop)
+    while (need := table_width(shown)) > width and any(c.drop for c in shown):
+        worst = max((c for c in shown if c.drop), key=lambda c: c.drop)
         shown.remove(worst)
         gone.append(worst)
     con = Console(file=file, width=max(width, need), highlight=False, soft_wrap=False)
     con.print(title, markup=False, style="italic")      # wrapped at the terminal, not at the table's width
-    con.print(table)
+    con.print(_rich_table(shown, gone, width))
     con.print()
+
+
+def table_width(cols: list[Col]) -> int:
+    """The width rich gives the table of these columns: each column its longest line, header or cell, and a
+    space either side (box=None); counted here, as rich's own measurement of every cell takes half as long as
+    printing the table."""
+    return sum(max(cell_len(line) for text in (c.header, *c.cells) for line in text.split("\n")) + 2 for c in cols)
 
 
 def _rich_table(cols: list[Col], gone: list[Col], width: int) -> Table:
@@ -230,6 +232,8 @@ def _block(part: pd.DataFrame, algo: str, engines: list[str]) -> list[Col]:
 
 def render_fastest(rows: pd.DataFrame, engine: str, file=None) -> None:
     """Per collective, the fastest algorithm at each size (hcclsim.sweeping.best), its runner-up and margin."""
+    from ..sweeping.best import best_per_size
+
     best = best_per_size(rows, engine)
     for coll, part in best.groupby("collective", sort=False):
         cols = [Col("size", [format_size(int(s)) for s in part.size_bytes]),

@@ -171,6 +171,9 @@ class Schedule:
         return int((self.tmpl[:, F_ID] * self.tmpl[:, F_IL]).sum())
 
 
+_BLOCK = 2048       # rows ops() fills at a time: 2048 x NF x 8 bytes = 0.9 MB, within a core's cache (an estimate)
+
+
 class ScheduleBuilder:
     """Collects templates in order; ``build`` checks and packs them.
 
@@ -178,6 +181,7 @@ class ScheduleBuilder:
     fresh ones) and dependencies as ``(template_id, mode, si, sj[, kind])`` tuples,
     or plain template ids meaning 'the same instance' (DEP_SHIFT by (0, 0)); kind
     is DATA unless given (``order(t)`` makes an ORDER dependency on the same instance).
+    Compilers of large schedules add templates as arrays instead (``ops``, or packed rows: ``append``).
     """
 
     def __init__(self, collective: str, algorithm: str, nranks: int, shape: tuple[int, int], layout: Layout,
@@ -187,14 +191,21 @@ class ScheduleBuilder:
         self.collective, self.algorithm, self.nranks = collective, algorithm, nranks
         self.shape, self.layout, self.root = shape, layout, root
         self.nnodes = nnodes if nnodes is not None else nranks
-        self.rows: list[list[int]] = []
+        self.rows: list[list[int]] = []          # op(): templates not yet packed into a block
         self.deps: list[list[tuple[int, int, int, int, int]]] = []
+        self._blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []   # (rows, deps per template, deps)
+        self._count = 0
         self._group = -1
         self.notes: dict = {}
 
     def next_group(self) -> int:
         self._group += 1
         return self._group
+
+    @property
+    def ntemplates(self) -> int:
+        """Templates added so far."""
+        return self._count
 
     def op(self, *, src: Affine, dst: Affine, schunk: Affine, dchunk: Affine | None = None, nchunks: int = 1,
            group: int, inst: tuple[int, int] = (1, 1), kind: int = PUT, sbuf: int = OUT, dbuf: int = OUT,
@@ -209,21 +220,65 @@ class ScheduleBuilder:
             d = (d, DEP_SHIFT, 0, 0) if isinstance(d, (int, np.integer)) else tuple(d)
             norm.append(d if len(d) == 5 else (*d, DATA))
         self.deps.append(norm)
-        return len(self.rows) - 1
+        self._count += 1
+        return self._count - 1
+
+    def ops(self, count: int, *, src: Affine, dst: Affine, schunk: Affine, dchunk: Affine | None = None,
+            nchunks=1, group, inst=(1, 1), kind=PUT, sbuf=OUT, dbuf=OUT, chan=0, nrun=1, rstride=0, ndeps=0,
+            deps=None) -> np.ndarray:
+        """``count`` templates at once, as ``count`` calls of :meth:`op` in a row would add them, for
+        compilers that build large schedules as arrays (a Python call per template costs ~50 us).
+
+        Every argument, and every field of an Affine, is a value or an int array of ``count``. Template t
+        has ``ndeps[t]`` dependencies: consecutive rows (template, mode, si, sj, kind) of the int array
+        ``deps``, in template order. Returns the templates' ids."""
+        ends = (src, dst, schunk, schunk if dchunk is None else dchunk)
+        cols = [kind, group, chan, inst[0], inst[1], sbuf, dbuf, nchunks, nrun, rstride]
+        cols += [v for a in ends for v in (a.a1, a.b1, a.c1, a.m1, a.w1, a.a2, a.b2, a.c2, a.m2, a.w2)]
+        cols += [a.c3 for a in ends]
+        rows = np.empty((count, NF), np.int64)
+        const = [v if np.ndim(v) == 0 else 0 for v in cols]
+        arrays = [(col, np.broadcast_to(v, (count,))) for col, v in enumerate(cols) if np.ndim(v)]
+        for a in range(0, count, _BLOCK):       # a block of rows at a time, so the column writes stay in cache
+            part = rows[a:a + _BLOCK]
+            part[:] = const
+            for col, v in arrays:
+                part[:, col] = v[a:a + _BLOCK]
+        return self.append(rows, ndeps, deps)
+
+    def append(self, rows: np.ndarray, ndeps=0, deps=None) -> np.ndarray:
+        """Templates already packed as rows of Schedule.tmpl (int64[n, NF]), dependencies as for
+        :meth:`ops`. Returns the templates' ids."""
+        count = len(rows)
+        ndeps = np.broadcast_to(np.asarray(ndeps, np.int64), (count,)).copy()
+        deps = np.zeros((0, 5), np.int64) if deps is None else np.asarray(deps, np.int64).reshape(-1, 5)
+        if ndeps.sum() != len(deps) or np.any(ndeps < 0):
+            raise ScheduleError(f"{self.algorithm}: {len(deps)} dependencies for {int(ndeps.sum())}")
+        self._pack()
+        self._blocks.append((np.asarray(rows, np.int64).reshape(-1, NF), ndeps, deps))
+        self._count += count
+        return np.arange(self._count - count, self._count)
+
+    def _pack(self) -> None:
+        """Move the templates op() collected into a block, so blocks keep the order templates came in."""
+        if not self.rows:
+            return
+        flat = [d for ds in self.deps for d in ds]
+        self._blocks.append((np.asarray(self.rows, np.int64), np.array([len(d) for d in self.deps], np.int64),
+                             np.asarray(flat, np.int64).reshape(-1, 5)))
+        self.rows, self.deps = [], []
 
     def build(self) -> Schedule:
-        if not self.rows:
+        self._pack()
+        if not self._count:
             raise ScheduleError(f"{self.algorithm}: empty schedule")
-        tmpl = np.asarray(self.rows, dtype=np.int64)
+        tmpl, ndeps, dep = (x[0] if len(x) == 1 else np.concatenate(x) for x in zip(*self._blocks))
         T = len(tmpl)
-        order = np.argsort(tmpl[:, F_GROUP], kind="stable")
-        if not np.array_equal(order, np.arange(T)):
+        groups = tmpl[:, F_GROUP]
+        if np.any(np.diff(groups) < 0):
             raise ScheduleError(f"{self.algorithm}: templates must be emitted in group order")
         ptr = np.zeros(T + 1, np.int64)
-        ptr[1:] = np.cumsum([len(d) for d in self.deps])
-        flat = [d for ds in self.deps for d in ds] or [(0, 0, 0, 0, 0)]
-        dep = np.asarray(flat, np.int64).reshape(-1, 5)[: ptr[-1]]
-        groups = tmpl[:, F_GROUP]
+        ptr[1:] = np.cumsum(ndeps)
         consumer = np.repeat(np.arange(T), np.diff(ptr))
         bad = (dep[:, 0] < 0) | (dep[:, 0] >= consumer) | (groups[np.clip(dep[:, 0], 0, T - 1)] >= groups[consumer])
         if bad.any():
@@ -231,7 +286,7 @@ class ScheduleBuilder:
             t, u = int(consumer[e]), int(dep[e, 0])
             raise ScheduleError(f"{self.algorithm}: template {t} (group {groups[t]}) depends on "
                                 f"template {u}, which is not in an earlier group")
-        if groups[0] != 0 or np.any(np.diff(groups) > 1) or np.any(np.diff(groups) < 0):
+        if groups[0] != 0 or np.any(np.diff(groups) > 1):
             raise ScheduleError(f"{self.algorithm}: groups must be numbered 0, 1, 2, ... without gaps")
         gptr = np.searchsorted(groups, np.arange(groups[-1] + 2)).astype(np.int64)
         return Schedule(collective=self.collective, algorithm=self.algorithm, nranks=self.nranks,

@@ -7,15 +7,18 @@ and whose sources and destinations move with the instance (``rank_of`` /
 topology (links map onto links of equal bandwidth and latency), every instance
 of a template has the same timing, and the load on a link is the same on
 every link of its orbit. The analytic engine then evaluates instance (0, 0)
-only: O(templates) instead of O(transfers).
+only: O(templates) instead of O(transfers). Where only the rail translation
+(d, l) -> (d, l+1) is left (a tree over the domains), it evaluates one instance
+per row of each template (schedule_orbits).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ..core.jit import njit
 from ..network.topology import HIERARCHICAL, P_KIND, P_SPINES, Topology
 from .ir import F_C3, F_DST, F_ID, F_IL, F_SRC, Schedule
 
@@ -42,61 +45,71 @@ def _extend(topo: Topology, rank_img: np.ndarray, shape) -> np.ndarray | None:
     n, nn = topo.nranks, topo.nnodes
     img = np.full(nn, -1, np.int64)
     img[:n] = rank_img
-    nbr: list[set[int]] = [set() for _ in range(nn)]
-    for u, v in zip(topo.link_src.tolist(), topo.link_dst.tolist()):
-        if u != v:
-            nbr[u].add(v)
-            nbr[v].add(u)
+    u, v = topo.link_src.astype(np.int64), topo.link_dst.astype(np.int64)
+    pairs = np.unique(np.concatenate([u * nn + v, v * nn + u])[np.concatenate([u != v, u != v])])
+    near, other = np.divmod(pairs, nn)
+    ptr = np.searchsorted(near, np.arange(nn + 1))
+
+    def nbr(s):                                      # s's neighbours, sorted
+        return other[ptr[s]:ptr[s + 1]]
+
     # a switch next to ranks is known by the ranks it serves and its number of switch neighbours
     # (a leaf by its NICs, not by the spine; a scale-up switch and a leaf may serve the same ranks)
-    def key(s, img_of):
-        ranks = frozenset(img_of(x) for x in nbr[s] if x < n)
-        return ranks, len(nbr[s]) - len(ranks)
+    def key(s, image):
+        ranks = nbr(s)[nbr(s) < n]
+        return np.sort(image[ranks]).tobytes(), len(nbr(s)) - len(ranks)
 
+    switches = range(n, nn)
+    ident = np.arange(nn)
     by_ranks: dict = {}
-    for s in range(n, nn):
-        by_ranks.setdefault(key(s, int), []).append(s)
-    for s in range(n, nn):
-        ranks, others = key(s, lambda x: int(img[x]))
+    for s in switches:
+        by_ranks.setdefault(key(s, ident), []).append(s)
+    for s in switches:
+        ranks, others = key(s, img)
         cands = by_ranks.get((ranks, others), []) if ranks else []
         if len(cands) == 1:
             img[s] = cands[0]
     # the rest (a spine) by their neighbours' images
-    by_sig = {}
-    for s in range(n, nn):
-        by_sig.setdefault(frozenset(nbr[s]), []).append(s)
-    todo = [s for s in range(n, nn) if img[s] < 0]
+    by_sig: dict = {}
+    for s in switches:
+        by_sig.setdefault(nbr(s).tobytes(), []).append(s)
+    todo = [s for s in switches if img[s] < 0]
     while todo:
         left = []
         for s in todo:
-            if any(img[x] < 0 for x in nbr[s]):
+            if np.any(img[nbr(s)] < 0):
                 left.append(s)
                 continue
-            cands = by_sig.get(frozenset(int(img[x]) for x in nbr[s]), [])
+            cands = by_sig.get(np.sort(img[nbr(s)]).tobytes(), [])
             if len(cands) != 1:
                 return None
             img[s] = cands[0]
         if len(left) == len(todo):
             return None
         todo = left
-    if len(set(img.tolist())) != nn:
+    if len(np.unique(img)) != nn:
         return None
     return img
 
 
 def _link_perm(topo: Topology, img: np.ndarray) -> np.ndarray | None:
-    table: dict[tuple[int, int], list[int]] = {}
-    for e, (u, v) in enumerate(zip(topo.link_src.tolist(), topo.link_dst.tolist())):
-        table.setdefault((u, v), []).append(e)
-    perm = np.empty(topo.nlinks, np.int64)
-    for (u, v), es in table.items():
-        target = table.get((int(img[u]), int(img[v])))
-        if target is None or len(target) != len(es):
-            return None
-        for e, f in zip(es, target):
-            if topo.link_bw[e] != topo.link_bw[f] or topo.link_lat[e] != topo.link_lat[f]:
-                return None
-            perm[e] = f
+    """The image of every link under the node permutation img (parallel links in order), or None when
+    a link has no image of equal bandwidth and latency."""
+    nn = topo.nnodes
+    src, dst = topo.link_src.astype(np.int64), topo.link_dst.astype(np.int64)
+    key = src * nn + dst
+    order = np.argsort(key, kind="stable")
+    sorted_key = key[order]
+    first = np.searchsorted(sorted_key, key)                     # where each link's (u, v) starts
+    nth = np.empty(topo.nlinks, np.int64)
+    nth[order] = np.arange(topo.nlinks) - first[order]          # parallel links of (u, v) before it
+    target = img[src] * nn + img[dst]
+    lo, hi = np.searchsorted(sorted_key, target), np.searchsorted(sorted_key, target, "right")
+    if np.any(hi - lo != np.searchsorted(sorted_key, key, "right") - first):
+        return None
+    perm = order[lo + nth]
+    if np.any(topo.link_bw[perm] != topo.link_bw) or np.any(topo.link_lat[perm] != topo.link_lat):
+        return None
     return perm
 
 
@@ -113,25 +126,34 @@ def link_orbits(topo: Topology, shape: tuple[int, int]):
 
 @dataclass(frozen=True)
 class Orbits:
-    """Links and ranks grouped by a symmetry group of the schedule and the topology."""
+    """Links and ranks grouped by a symmetry group of the schedule and the topology, and the instances
+    of each template the engine walks for it."""
 
     link: np.ndarray          # int64[nlinks]: orbit id of each link
     link_size: np.ndarray     # float64[orbits]: links per orbit
     rank: np.ndarray          # int64[nranks]: orbit id of each rank
     rank_size: np.ndarray     # float64[rank orbits]: ranks per orbit
+    reps: np.ndarray | None = None   # int64[T]: 1 (instance (0, 0) stands for all) or ID (instance (r, 0) for row r)
 
 
 def schedule_orbits(s: Schedule, topo: Topology) -> Orbits | None:
-    """The orbits under which every instance of every template of s times alike, or None.
+    """The orbits under which the instances of every template of s time alike, or None.
 
     The group G is made of rank shifts (d, l) -> (d + dd, l + dl) of the schedule's (D, L) grid. A step of
     instance i (or j) of a template moves both its ends by one shift (read off the Affine coefficients of
-    its rank ends; a switch end must move by the same topology automorphism, checked node by node). When
-    the shifts of every template generate the same G, G maps each template's instances onto themselves,
-    one orbit (all of them finish together, whatever their dependencies), and if G's generators are
-    automorphisms of the topology, a link's load is the same on its whole orbit: the engine walks instance
-    (0, 0) alone. This covers equivariant schedules (G = every shift) and twisted ones such as the rail
-    rings, whose domain step also turns the rail (G = <(1, a)>)."""
+    its rank ends; a switch end must move by the same topology automorphism, checked node by node). If G's
+    generators are automorphisms of the topology, a link's load is the same on its whole orbit, and:
+
+    * when the i and j steps of every template generate the same G, G maps each template's instances
+      onto themselves, one orbit (all of them finish together, whatever their dependencies, by induction
+      over the groups): the engine walks instance (0, 0) alone. This covers equivariant schedules (G = every
+      shift) and twisted ones such as the rail rings, whose domain step also turns the rail (G = <(1, a)>);
+    * else, when the j steps of every template generate the same G (a tree over the domains, one template
+      per domain and edge over the L rails: G = the rail shifts), G maps each row i of a template's
+      instances onto itself: by induction the instances of a row finish together (a dependency shifts i
+      alike for the whole row, and a dependency on a whole row, column or template is one on row
+      maxima), and the engine walks instance (r, 0) for every row r.
+    """
     D, L = s.shape
     if D * L != topo.nranks:
         return None
@@ -140,18 +162,28 @@ def schedule_orbits(s: Schedule, topo: Topology) -> Orbits | None:
         return None
     si, sj, has_switch = steps
     ci, cj = si[:, 0] * L + si[:, 1], sj[:, 0] * L + sj[:, 1]      # shifts as codes d*L + l
+    none = np.zeros_like(ci)
+    # every instance of a template alike (one representative each), else the rows of each alike
+    for steps_i, reps in ((ci, np.ones(s.ntemplates, np.int64)), (none, s.tmpl[:, F_ID].copy())):
+        if not _one_group(D, L, steps_i, cj):
+            continue
+        gens = [divmod(int(c), L) for c in np.unique(np.concatenate([steps_i, cj])) if c]
+        maps = {g: _automorphism(topo, (D, L), g) for g in gens}
+        if any(m is None for m in maps.values()):
+            continue
+        moving = si if steps_i is ci else np.zeros_like(si)          # rows: only j steps are symmetries
+        if all(_moves_with(s.tmpl[t], s.nranks, maps, moving[t], sj[t]) for t in np.flatnonzero(has_switch)):
+            o = _orbits(topo, (D, L), tuple(gens))
+            if o is not None:
+                return replace(o, reps=reps)
+    return None
+
+
+def _one_group(D: int, L: int, ci: np.ndarray, cj: np.ndarray) -> bool:
+    """Whether the steps (ci[t], cj[t]) of every template t generate one and the same group, not trivial."""
     pairs = np.unique(ci * (D * L) + cj)
     groups = {tuple(_subgroup(D, L, [divmod(int(c), L) for c in divmod(p, D * L)]).tolist()) for p in pairs}
-    if len(groups) != 1 or len(next(iter(groups))) == 1:
-        return None
-    gens = [divmod(int(c), L) for c in np.unique(np.concatenate([ci, cj])) if c]
-    maps = {g: _automorphism(topo, (D, L), g) for g in gens}
-    if any(m is None for m in maps.values()):
-        return None
-    for t in np.flatnonzero(has_switch):
-        if not _moves_with(s.tmpl[t], s.nranks, maps, si[t], sj[t]):
-            return None
-    return _orbits(topo, (D, L), tuple(gens))
+    return len(groups) == 1 and len(next(iter(groups))) > 1
 
 
 def _steps(s: Schedule):
@@ -160,29 +192,57 @@ def _steps(s: Schedule):
     end (their shift is read off the rank end); None when an end is neither a rank moving by a shift of
     the grid nor a switch, or the two ends move differently."""
     D, L = s.shape
-    t = s.tmpl
-    ID, IL = t[:, F_ID], t[:, F_IL]
-    ends = []
-    for base, c3 in ((F_SRC, F_C3), (F_DST, F_C3 + 1)):
-        a1, b1, _, m1, w1, a2, b2, _, m2, w2 = (t[:, base + k] for k in range(10))
-        dom, loc = m1 == D, m2 == L
-        rank = ((m1 == 1) | dom & ((w1 == L) | (D == 1))) & ((m2 == 1) | loc & (w2 == 1)) & (t[:, c3] == 0)
-        # ID steps of i (IL of j) come back to the same rank: the grid wraps
-        rank &= (ID == 1) | ((a1 * ID) % D == 0) & ((a2 * ID) % L == 0)
-        rank &= (IL == 1) | ((b1 * IL) % D == 0) & ((b2 * IL) % L == 0)
-        if not np.all(rank | (t[:, c3] >= s.nranks)):
-            return None
-        si = np.stack([np.where(dom, a1 % D, 0), np.where(loc, a2 % L, 0)], 1)
-        sj = np.stack([np.where(dom, b1 % D, 0), np.where(loc, b2 % L, 0)], 1)
-        ends.append((rank, si, sj))
-    (rs, si_s, sj_s), (rd, si_d, sj_d) = ends
-    both = rs & rd
-    if not np.all(rs | rd) or np.any(both[:, None] & ((si_s != si_d) | (sj_s != sj_d))):
-        return None
-    si, sj = np.where(rs[:, None], si_s, si_d), np.where(rs[:, None], sj_s, sj_d)
-    si[ID == 1] = 0
-    sj[IL == 1] = 0
-    return si, sj, ~both
+    ok, si, sj, has_switch = steps_kernel(s.tmpl, D, L, s.nranks)
+    return (si, sj, has_switch) if ok else None
+
+
+@njit
+def _end_kernel(row, base, c3, D, L, nranks, out):
+    """One end of a template: out = (dd_i, dl_i, dd_j, dl_j) of a rank end; 1 for a rank, 0 for a switch,
+    -1 for neither."""
+    a1, b1, m1, w1 = row[base], row[base + 1], row[base + 3], row[base + 4]
+    a2, b2, m2, w2 = row[base + 5], row[base + 6], row[base + 8], row[base + 9]
+    ID, IL = row[F_ID], row[F_IL]
+    dom, loc = m1 == D, m2 == L
+    rank = (m1 == 1 or dom and (w1 == L or D == 1)) and (m2 == 1 or loc and w2 == 1) and row[c3] == 0
+    # ID steps of i (IL of j) come back to the same rank: the grid wraps
+    rank = rank and (ID == 1 or (a1 * ID) % D == 0 and (a2 * ID) % L == 0)
+    rank = rank and (IL == 1 or (b1 * IL) % D == 0 and (b2 * IL) % L == 0)
+    out[0] = a1 % D if dom else 0
+    out[1] = a2 % L if loc else 0
+    out[2] = b1 % D if dom else 0
+    out[3] = b2 % L if loc else 0
+    if rank:
+        return 1
+    return 0 if row[c3] >= nranks else -1
+
+
+@njit
+def steps_kernel(tmpl, D, L, nranks):
+    """_steps over every template: (ok, sigma_i, sigma_j, has_switch)."""
+    T = tmpl.shape[0]
+    si = np.zeros((T, 2), np.int64)
+    sj = np.zeros((T, 2), np.int64)
+    has_switch = np.zeros(T, np.bool_)
+    src = np.empty(4, np.int64)
+    dst = np.empty(4, np.int64)
+    for t in range(T):
+        row = tmpl[t]
+        rs = _end_kernel(row, F_SRC, F_C3, D, L, nranks, src)
+        rd = _end_kernel(row, F_DST, F_C3 + 1, D, L, nranks, dst)
+        if rs < 0 or rd < 0 or rs == 0 and rd == 0:
+            return False, si, sj, has_switch
+        if rs == 1 and rd == 1:
+            for k in range(4):
+                if src[k] != dst[k]:
+                    return False, si, sj, has_switch
+        end = src if rs == 1 else dst
+        if row[F_ID] > 1:
+            si[t, 0], si[t, 1] = end[0], end[1]
+        if row[F_IL] > 1:
+            sj[t, 0], sj[t, 1] = end[2], end[3]
+        has_switch[t] = not (rs == 1 and rd == 1)
+    return True, si, sj, has_switch
 
 
 def _subgroup(D: int, L: int, gens) -> np.ndarray:

@@ -132,11 +132,12 @@ def metrics(collective: str, n: int, size_bytes: np.ndarray, seconds: np.ndarray
 
 
 def time_algorithm(algo: Algorithm, problem: Problem, sizes: list[int], dtype: str, engines=("analytic",),
-                   launch: str = "host", noise: Noise = QUIET):
+                   launch: str = "host", noise: Noise = QUIET, compiler=None):
     """(Sizing per size, {engine: (seconds[iters, sizes], stats per size, protocol per size)}) for one algorithm.
 
-    Compiles once per structure key; every engine times the same schedules, on the device's timeline
-    (hcclsim.engine.execution: launch, endpoint costs, noisy iterations)."""
+    Compiles once per structure key (compiler(algo, problem, key) in place of algo.compile: schedules kept
+    across sweeps, hcclsim.analysis.calibrate.Schedules); every engine times the same schedules, on the
+    device's timeline (hcclsim.engine.execution: launch, endpoint costs, noisy iterations)."""
     ws = DTYPE_SIZE[dtype]
     n = problem.nranks
     sizings = [C.sizing(problem.collective, s, ws, n) for s in sizes]
@@ -145,7 +146,7 @@ def time_algorithm(algo: Algorithm, problem: Problem, sizes: list[int], dtype: s
                np.empty(len(sizes), object)) for e in engines}
     for key in dict.fromkeys(keys):
         idx = [i for i, k in enumerate(keys) if k == key]
-        schedule = algo.compile(problem, key)
+        schedule = compiler(algo, problem, key) if compiler else algo.compile(problem, key)
         check_schedule(schedule, problem.topology, engines, [sizings[i].size_bytes for i in idx], noise)
         for engine in engines:
             samples, stats, protocols = run_engine(ENGINES[engine], schedule, problem.topology,
@@ -169,6 +170,7 @@ class Context(NamedTuple):
     launch: str
     noise: Noise
     max_memory: int | None = None   # the memory budget of a point (hcclsim.core.budget), for workers
+    compiler: object = None         # time_algorithm's compiler (None: algo.compile)
 
 
 def _frame(ctx: Context, coll, label, sizings, engine_name, samples, counters, protocols):
@@ -254,7 +256,7 @@ def run_unit(ctx: Context, unit: Unit) -> list[pd.DataFrame]:
 
 def _unit_rows(ctx: Context, unit: Unit) -> list[pd.DataFrame]:
     topology, dtype, root = ctx.topology, ctx.dtype, ctx.root
-    how = (ctx.launch, ctx.noise)
+    how = (ctx.launch, ctx.noise, ctx.compiler)
     coll, sizes, engines = unit.collective, list(unit.sizes), unit.engines
     problem = Problem(coll, topology, root)
     if unit.algorithm != AUTO:
@@ -267,7 +269,8 @@ def _unit_rows(ctx: Context, unit: Unit) -> list[pd.DataFrame]:
     rest = [i for i, p in enumerate(picks) if p is None]       # sizes the fastest decides
     timed = {}
     if rest:
-        timed = {a.label: time_algorithm(a, problem, [sizes[i] for i in rest], dtype, ("analytic",), ctx.launch)
+        timed = {a.label: time_algorithm(a, problem, [sizes[i] for i in rest], dtype, ("analytic",), ctx.launch,
+                                         compiler=ctx.compiler)
                  for a in candidates}
         scores = pd.concat([_frame(ctx, coll, label, sz, "analytic", *t["analytic"]) for label, (sz, t) in timed.items()])
         pick = best_per_size(scores, "analytic").set_index("size_bytes")["algorithm"]
@@ -311,7 +314,7 @@ def _done_keys(previous) -> set:
 def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "all", sizes=(1 << 20,),
           dtype: str = "float32", root: int = 0, engine="analytic", stats: bool = False,
           on_row=None, previous: pd.DataFrame | None = None, jobs: int = 1, executor=None,
-          on_start=None, on_unit=None, launch: str = "host", noise: Noise = QUIET) -> SweepResult:
+          on_start=None, on_unit=None, launch: str = "host", noise: Noise = QUIET, compiler=None) -> SweepResult:
     """Run the grid; rows in a stable order (collective, algorithm as listed, engine as listed, size).
 
     engine: 'analytic', 'packet', 'analytic,packet' or a list; stats adds the engines' counters
@@ -323,7 +326,8 @@ def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "al
     (hcclsim.sweeping.executors; default the local process pool). on_start(units) gets the units to run,
     after the packet engine's events were checked against the event budget (hcclsim.sweeping.cost).
     launch ('host' or 'device') and noise (iterations, skew, jitter, seed) put every point on the device's
-    timeline (hcclsim.engine.execution); with several iterations rows get PERCENTILE_COLUMNS and time_us is the p50."""
+    timeline (hcclsim.engine.execution); with several iterations rows get PERCENTILE_COLUMNS and time_us is the p50.
+    compiler: compiles the schedules the engines time, in place of each algorithm's compile (time_algorithm)."""
     from .executors import get_executor
 
     dtype = parse_dtype(dtype)
@@ -334,7 +338,7 @@ def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "al
     if sizes and sizes[-1] > MAX_COUNT:
         raise ConfigError(f"size {sizes[-1]}: expected at most 2^62 bytes (sizes are 64-bit counts)")
     listed, auto = split_auto(algorithms)
-    ctx = Context(topology, dtype, root, stats, auto, check_launch(launch), noise, budget.current())
+    ctx = Context(topology, dtype, root, stats, auto, check_launch(launch), noise, budget.current(), compiler)
     skipped, blocks = [], []           # blocks: (collective, algorithm) in the sweep's order
     for coll in [C.canonical(c) for c in collectives]:
         problem = Problem(coll, topology, root)
