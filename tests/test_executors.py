@@ -80,8 +80,6 @@ def test_dask_gives_the_rows_of_the_local_executor(capsys, tmp_path, cluster, cl
     assert all(len(u.sizes) == 1 for u in units if u.engines == ("packet",) and u.label != "auto")
 
 
-@pytest.mark.xfail(strict=False, reason="open bug (session 6): in full-suite runs the dask run's CSV has the "
-                   "rows in another order than the local run's (passes alone); see the session-6 closing note")
 def test_the_console_script_on_a_dask_cluster(cluster, local_csv):
     """As a user runs it: a fresh process, nothing but skipped-algorithm notes on stderr."""
     done = subprocess.run([sys.executable, "-m", "hcclsim.cli", *SWEEP, "--executor", "dask", "--scheduler",

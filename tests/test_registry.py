@@ -69,3 +69,22 @@ def test_third_party_algorithms_register_through_entry_points(monkeypatch):
     reg = A.load_all()
     assert imported == ["thirdparty_algos"]
     assert "thirdparty_ring" in reg.names() and "ring" in reg.names()
+
+
+ORDER = ("from hcclsim.schedule.algorithm import load_all; "
+         "print(' '.join(f'{cls.__module__}:{name}' for name, cls in load_all().items()))")
+
+
+def test_the_order_of_algorithms_does_not_depend_on_who_imported_them_first():
+    """'all' and listings follow the registry; a test or plug-in importing tree.py before load_all() once
+    put tree first in every later sweep of that process (the Dask test's rows came out in another order)."""
+    import subprocess
+
+    def order(first: str) -> list[str]:
+        done = subprocess.run([sys.executable, "-c", first + ORDER], capture_output=True, text=True, check=True)
+        return done.stdout.split()
+
+    fresh = order("")
+    assert order("import hcclsim.algorithms.tree, hcclsim.algorithms.in_switch; ") == fresh
+    modules = [entry.split(":")[0] for entry in fresh]
+    assert modules == sorted(modules) and "hcclsim.algorithms.direct:direct" == fresh[0]

@@ -27,5 +27,9 @@ class Registry:
     def items(self):
         return self._items.items()
 
+    def sort(self, key) -> None:
+        """Reorder by key(name, obj), stably: the order listings and 'all' follow."""
+        self._items = dict(sorted(self._items.items(), key=lambda item: key(*item)))
+
     def __contains__(self, name) -> bool:
         return name in self._items

@@ -99,11 +99,15 @@ def load_all() -> Registry:
         # below the algorithms that register in it (docs/architecture.md).
         pkg = importlib.import_module("hcclsim.algorithms")
 
-        for mod in pkgutil.iter_modules(pkg.__path__):
-            if not mod.name.startswith("_"):
-                importlib.import_module(f"{pkg.__name__}.{mod.name}")
-        for ep in entry_points(group="hcclsim.algorithms"):
-            importlib.import_module(ep.value.split(":")[0])
+        modules = [f"{pkg.__name__}.{mod.name}" for mod in pkgutil.iter_modules(pkg.__path__)
+                   if not mod.name.startswith("_")]
+        modules += [ep.value.split(":")[0] for ep in entry_points(group="hcclsim.algorithms")]
+        for module in modules:
+            importlib.import_module(module)
+        # Module order, then each module's own: whoever imported a module first (a test, a plug-in),
+        # 'all', listings and results keep one order.
+        rank = {module: i for i, module in enumerate(dict.fromkeys(modules))}
+        ALGORITHMS.sort(lambda name, cls: rank.get(cls.__module__, len(rank)))
     return ALGORITHMS
 
 
