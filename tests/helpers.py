@@ -85,3 +85,16 @@ def counts_to_check(n: int):
 
 __all__ = ["assert_one_line_error", "busbw", "compile_for", "counts_to_check", "np", "record_units", "run_cli",
            "time_of"]
+
+
+def kernel_calls(monkeypatch) -> dict[str, int]:
+    """Count the calls of each of the analytic engine's kernels (which path a point took)."""
+    calls = {"symmetric": 0, "general": 0}
+    for key, attr in (("symmetric", "symmetric_kernel"), ("general", "analytic_kernel")):
+        real = getattr(analytic, attr)
+
+        def wrapper(*args, _real=real, _key=key):
+            calls[_key] += 1
+            return _real(*args)
+        monkeypatch.setattr(analytic, attr, wrapper)
+    return calls

@@ -587,3 +587,15 @@ def test_a_fit_is_the_same_with_and_without_the_cache(monkeypatch):
         [(p.key, p.value, p.se, p.why_kept) for p in fresh.params]
     assert np.array_equal(cached.model_us, fresh.model_us) and cached.protocols == fresh.protocols
     assert cached.fitted and cached.fitted[0].key == "efficiency"
+
+
+def test_a_rate_the_times_stop_depending_on_is_one_line_not_an_index_error():
+    """Left alone as the last free parameter, a rate whose column of the Jacobian fell to zero while it
+    was fitted (a clipped efficiency) used to end in an IndexError."""
+    from hcclsim.analysis.calibrate import Param, _undetermined
+    from hcclsim.core.errors import ConfigError
+
+    params = [Param("scale_up.efficiency", "rate", 0.9), Param("scale_up.latency", "time", 1e-6)]
+    free = np.array([True, False])
+    with pytest.raises(ConfigError, match=r"^log\.txt: 5 sizes do not determine scale_up\.efficiency \(the model"):
+        _undetermined(params, free, np.zeros((5, 1)), np.ones(5), "log.txt")

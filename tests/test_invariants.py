@@ -9,6 +9,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+from helpers import kernel_calls
 
 from hcclsim.engine import analytic
 from hcclsim.network.topology import build_flat, build_hierarchical
@@ -117,23 +118,10 @@ def _symmetric_expected(topo, name, coll) -> bool:
 SYMMETRIC_CASES = [p for p in CASES if _symmetric_expected(*p.values)]
 
 
-def _spy(monkeypatch):
-    """Count the calls of each of the analytic engine's kernels."""
-    calls = {"symmetric": 0, "general": 0}
-    for key, attr in (("symmetric", "symmetric_kernel"), ("general", "analytic_kernel")):
-        real = getattr(analytic, attr)
-
-        def wrapper(*args, _real=real, _key=key):
-            calls[_key] += 1
-            return _real(*args)
-        monkeypatch.setattr(analytic, attr, wrapper)
-    return calls
-
-
 @pytest.mark.parametrize("topo,name,coll", SYMMETRIC_CASES)
 def test_one_instance_path_agrees_with_the_general_path(monkeypatch, topo, name, coll):
     s, _ = _compile(topo, name, coll, 1 << 20)
-    calls = _spy(monkeypatch)
+    calls = kernel_calls(monkeypatch)
     even = [s.layout.k * 64, s.layout.k * 4096]          # every chunk the same size
     fast = analytic.run(s, topo, even, 4, want_links=True)
     assert calls == {"symmetric": 1, "general": 0}, "the one-instance path was not taken"
@@ -146,7 +134,7 @@ def test_one_instance_path_agrees_with_the_general_path(monkeypatch, topo, name,
 @pytest.mark.parametrize("topo,name,coll", [p for p in CASES if not _symmetric_expected(*p.values)])
 def test_the_one_instance_path_is_refused_where_ranks_differ(monkeypatch, topo, name, coll):
     s, _ = _compile(topo, name, coll, 1 << 20)
-    calls = _spy(monkeypatch)
+    calls = kernel_calls(monkeypatch)
     analytic.run(s, topo, [s.layout.k * 64], 4)
     assert calls == {"symmetric": 0, "general": 1}, "one-instance path taken: if that is right, extend " \
         "_symmetric_expected (and the case is then compared with the general path)"

@@ -6,7 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from helpers import compile_for
+from helpers import compile_for, kernel_calls
 
 from hcclsim.engine import analytic
 from hcclsim.network.topology import build_hierarchical
@@ -33,20 +33,8 @@ NEW = [("direct", "all_gather", False), ("direct", "reduce_scatter", False), ("d
        ("tree:chunks=3", "all_reduce", True), ("nvls_tree:chunks=2", "all_reduce", True)]
 
 
-def _spy(monkeypatch):
-    calls = {"symmetric": 0, "general": 0}
-    for key, attr in (("symmetric", "symmetric_kernel"), ("general", "analytic_kernel")):
-        real = getattr(analytic, attr)
-
-        def wrapper(*args, _real=real, _key=key):
-            calls[_key] += 1
-            return _real(*args)
-        monkeypatch.setattr(analytic, attr, wrapper)
-    return calls
-
-
 def _both(s, topo, blocks, monkeypatch):
-    calls = _spy(monkeypatch)
+    calls = kernel_calls(monkeypatch)
     fast = analytic.run(s, topo, blocks, 4, want_links=True)
     slow = analytic.run(s, topo, blocks, 4, want_links=True, symmetric=False)
     return fast, slow, calls

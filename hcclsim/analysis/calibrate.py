@@ -641,6 +641,9 @@ def _undetermined(params, free, J, r, source):
     _, sv, vt = np.linalg.svd(J / np.where(norms > 0, norms, 1), full_matrices=False)
     if sv[-1] <= sv[0] * 1e-6:
         worst = [i for i in np.argsort(-np.abs(vt[-1])) if idx[i] != 0]
+        if not worst:                    # the rate alone is left, and the times stopped depending on it
+            raise ConfigError(f"{source}: {r.size} sizes do not determine {params[0].key} (the model's time "
+                              f"stops depending on it as it is fitted); measure larger sizes, where it matters")
         k = idx[worst[0]]
         params[k].why_kept = "moves the times as the other parameters do at these sizes"
         return k
