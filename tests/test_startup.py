@@ -70,6 +70,26 @@ def test_the_numba_cache_is_keyed_by_every_source_file():
     assert {"network/topology.py", "engine/analytic.py", "engine/packet_kernel.py", "core/jit.py"} <= names
 
 
+def test_old_numba_cache_folders_are_pruned_the_newest_and_recent_kept(tmp_path):
+    """Each change of the sources starts a new cache folder; prune keeps the KEEP_FOLDERS newest and any used
+    within KEEP_SECONDS, and deletes the rest (and nothing that is not a cache folder)."""
+    import os
+
+    day, now = 86400, 1e9
+    ages = {"numba-a": 0, "numba-b": 1, "numba-c": 30, "numba-d": 5, "numba-e": 40, "numba-f": 20, "numba-g": 10}
+    for name, age in ages.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "k.nbi").write_text("")
+        os.utime(tmp_path / name, (now - age * day, now - age * day))
+    (tmp_path / "notes").mkdir()
+    os.utime(tmp_path / "notes", (now - 90 * day, now - 90 * day))
+    assert (jit.KEEP_FOLDERS, jit.KEEP_SECONDS) == (3, 14 * day)
+    # ages in days; newest three: a, b, d (kept); g is used within 14 days (kept); c, e, f are not: deleted
+    removed = jit.prune(tmp_path, now=now)
+    assert sorted(f.name for f in removed) == ["numba-c", "numba-e", "numba-f"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes", "numba-a", "numba-b", "numba-d", "numba-g"]
+
+
 def test_tables_are_as_wide_as_rich_makes_them():
     """print_table counts a table's width itself (rich's measurement would walk every cell again): the count
     is rich's, whichever line is the widest -- a header's first or second line, a cell, a wide character."""

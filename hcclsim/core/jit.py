@@ -17,6 +17,7 @@ cache. ``NUMBA_CACHE_DIR`` still overrides it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -32,12 +33,40 @@ def sources() -> list[Path]:
     return sorted(Path(__file__).resolve().parent.parent.rglob("*.py"))
 
 
+# Cache folders of other sources (older versions, edited trees) kept: the newest few, and any used within
+# two weeks (another installed version still in use); a choice, not a measurement.
+KEEP_FOLDERS, KEEP_SECONDS = 3, 14 * 86400
+
+
 def _cache_dir() -> str:
     digest = hashlib.sha1()
     for path in sources():
         digest.update(path.read_bytes())
     base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hccl-bench"
-    return str(base / f"numba-{digest.hexdigest()[:16]}")
+    folder = base / f"numba-{digest.hexdigest()[:16]}"
+    if not folder.is_dir():
+        prune(base)
+    folder.mkdir(parents=True, exist_ok=True)
+    os.utime(folder)                            # marks it in use for prune()
+    return str(folder)
+
+
+def prune(base: Path, now: float | None = None) -> list[Path]:
+    """Delete the cache folders of other sources that are neither among the newest KEEP_FOLDERS nor used
+    within KEEP_SECONDS (each new digest left one behind: hundreds of MB after a few upgrades)."""
+    import shutil
+    import time
+
+    now = time.time() if now is None else now
+    used = {}
+    for folder in base.glob("numba-*"):
+        with contextlib.suppress(OSError):          # another process may be pruning too
+            used[folder] = folder.stat().st_mtime
+    newest = sorted(used, key=used.get, reverse=True)
+    old = [f for f in newest[KEEP_FOLDERS:] if now - used[f] > KEEP_SECONDS]
+    for folder in old:
+        shutil.rmtree(folder, ignore_errors=True)
+    return old
 
 
 def _load_numba():
