@@ -133,3 +133,19 @@ def test_direct_on_two_tiers_is_one_template_per_grid_offset():
     kd, kl = np.divmod(s.tmpl[ex["tmpl"], F_CHAN] + 1, L)
     assert np.array_equal(ex["dst"] // L, (ex["src"] // L + kd) % D)
     assert np.array_equal(ex["dst"] % L, (ex["src"] % L + kl) % L)
+
+
+@pytest.mark.parametrize("to_own_switch", [True, False])
+def test_a_switch_end_that_does_not_move_with_the_ranks_keeps_the_path_off(to_own_switch):
+    """Every rank (d, l) PUTs into a scale-up switch: its own domain's (switch_of: a domain step maps it onto
+    the next domain's, a rail step onto itself, as they map the rank end: the path is taken), or domain l's
+    (mod D): a rail step moves the rank end to rail l+1 and the switch end to domain l+1's switch, which no
+    rank shift does (a rail shift keeps every domain's switch in place): no symmetry, walk every instance."""
+    from hcclsim.schedule import Affine, switch_of
+
+    D, L = 4, 4
+    topo = two_tier(D, L)
+    b = ScheduleBuilder("all_gather", "hand", D * L, (D, L), Layout(1, 1))
+    dst = switch_of(D, D * L) if to_own_switch else Affine(b1=1, m1=D, w1=1, c3=D * L)
+    b.op(src=rank_of(D, L), dst=dst, schunk=const(0), group=b.next_group(), inst=(D, L), kind=PUT)
+    assert (schedule_orbits(b.build(), topo) is not None) == to_own_switch

@@ -172,7 +172,7 @@ def schedule_orbits(s: Schedule, topo: Topology) -> Orbits | None:
         if any(m is None for m in maps.values()):
             continue
         moving = si if steps_i is ci else np.zeros_like(si)          # rows: only j steps are symmetries
-        if all(_moves_with(s.tmpl[t], s.nranks, maps, moving[t], sj[t]) for t in np.flatnonzero(has_switch)):
+        if _moves_with(s.tmpl, np.flatnonzero(has_switch), L, gens, maps, moving, sj):
             o = _orbits(topo, (D, L), tuple(gens))
             if o is not None:
                 return replace(o, reps=reps)
@@ -256,23 +256,42 @@ def _subgroup(D: int, L: int, gens) -> np.ndarray:
     return codes
 
 
-def _moves_with(row, nranks: int, maps, si, sj) -> bool:
-    """A template's ends, evaluated on its whole grid, move by the automorphisms of its steps."""
-    I, J = np.meshgrid(np.arange(row[F_ID]), np.arange(row[F_IL]), indexing="ij")
-    for base, c3 in ((F_SRC, F_C3), (F_DST, F_C3 + 1)):
-        v = _aff(row, base, c3, I, J)
-        for step, axis in ((si, 0), (sj, 1)):
-            g = (int(step[0]), int(step[1]))
-            if g == (0, 0):
-                continue
-            if not np.array_equal(maps[g][0][v], np.roll(v, -1, axis)):
-                return False
-    return True
+def _moves_with(tmpl, ts, L: int, gens, maps, si, sj) -> bool:
+    """Templates ts' ends, evaluated on their whole grids, move by the automorphisms of their steps."""
+    images = np.stack([maps[g][0] for g in gens])
+    which = np.full((max(d for d, _ in gens) + 1) * L, -1, np.int64)     # step code d*L + l -> generator
+    which[[d * L + l for d, l in gens]] = np.arange(len(gens))
+    which[0] = -1                                                       # no step
+
+    def of(steps):
+        codes = steps[ts, 0] * L + steps[ts, 1]
+        return np.where(codes < which.size, which[np.minimum(codes, which.size - 1)], -1)
+    return moves_kernel(tmpl, ts.astype(np.int64), of(si), of(sj), images)
 
 
-def _aff(row, base, c3, i, j):
+@njit
+def _aff_kernel(row, base, c3, i, j):
     return ((row[base] * i + row[base + 1] * j + row[base + 2]) % row[base + 3]) * row[base + 4] \
         + ((row[base + 5] * i + row[base + 6] * j + row[base + 7]) % row[base + 8]) * row[base + 9] + row[c3]
+
+
+@njit
+def moves_kernel(tmpl, ts, gi, gj, images):
+    """Whether, for every template ts[k], each end's node at instance (i, j) maps by images[gi[k]] onto its
+    node at (i + 1, j) and by images[gj[k]] onto its node at (i, j + 1), around the grid (-1: no step)."""
+    for k in range(ts.size):
+        row = tmpl[ts[k]]
+        ID, IL = row[F_ID], row[F_IL]
+        for e in range(2):
+            base = F_SRC if e == 0 else F_DST
+            for i in range(ID):
+                for j in range(IL):
+                    v = _aff_kernel(row, base, F_C3 + e, i, j)
+                    if gi[k] >= 0 and images[gi[k], v] != _aff_kernel(row, base, F_C3 + e, (i + 1) % ID, j):
+                        return False
+                    if gj[k] >= 0 and images[gj[k], v] != _aff_kernel(row, base, F_C3 + e, i, (j + 1) % IL):
+                        return False
+    return True
 
 
 def _automorphism(topo: Topology, shape, shift):
