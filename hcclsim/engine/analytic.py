@@ -110,7 +110,7 @@ def _alloc_kernel(rows, last_use, cls, ncls):
 @njit
 def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, dep_kind, group_ptr, offset, summarize,
                     pool_rows, params, link_bw, link_lat, max_hops, prefix, want_links, nranks, overhead, red_bw,
-                    release, jitter, seed):
+                    release, jitter, seed, inst_first, avail):
     """Finish time of the last transfer per size; optionally bytes per link per size.
 
     prefix[s, c]: bytes before chunk c at size s. pool rows of template t start at offset[t]:
@@ -121,7 +121,9 @@ def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, dep_kind, gr
     multicast has no engine); a reduction into a rank runs
     at most at red_bw shared by that rank's reductions of the group (0: free); with release (one time per rank, or empty) a rank's transfers start no
     earlier than its release, and with jitter > 0 each transfer is delayed by an exponential draw of
-    that mean (seeded: the same seed gives the same times).
+    that mean (seeded: the same seed gives the same times). avail (one time per transfer in the order of
+    hcclsim.schedule.expand, whose template t starts at inst_first[t]; or empty): a transfer starts no
+    earlier than that after its rank's release (its work-queue element is ready).
     """
     if jitter > 0:
         np.random.seed(seed)
@@ -205,6 +207,8 @@ def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, dep_kind, gr
                             delay += -jitter * np.log(1.0 - np.random.random())
                         if len(release):
                             ready = release[src]
+                        if len(avail):
+                            ready += avail[inst_first[t] + i * nl + j]
                     c = _aff(row, F_SCH, F_C3 + 2, i, j)
                     base = (offset[t] + i * nl + j) * S3
                     for s in range(S):
@@ -391,18 +395,20 @@ def chunk_prefix(s: Schedule, block_elems: np.ndarray, dtype_size: int) -> np.nd
 
 
 def run(schedule: Schedule, topo: Topology, block_elems, dtype_size: int, want_links: bool = False,
-        symmetric: bool | None = None, release=None, jitter: float = 0.0, seed: int = 0) -> Timing:
+        symmetric: bool | None = None, release=None, jitter: float = 0.0, seed: int = 0, avail=None) -> Timing:
     """Time a schedule on a topology for each block size (elements per block) given.
 
     symmetric: None picks the one-instance path whenever it is valid (see hcclsim.schedule.symmetry);
     False forces the general path (tests compare the two). The topology's endpoint gives the
     per-transfer issue overhead and the ranks' reduction bandwidth. release (seconds per rank) and
     jitter (mean seconds of an exponential delay per transfer, drawn from seed) describe one noisy
-    iteration (hcclsim.engine.execution); the time is then measured from the earliest release.
+    iteration (hcclsim.engine.execution); the time is then measured from the earliest release. avail
+    (seconds per transfer of the explicit schedule, or None): when each transfer's work-queue element is
+    ready after its rank's release (hcclsim.engine.execution.control_core); per transfer, so the general path.
     """
     block_elems = np.atleast_1d(np.asarray(block_elems, np.int64))
     ep = topo.endpoint
-    noisy = release is not None or jitter > 0
+    noisy = release is not None or jitter > 0 or avail is not None
     orbits = schedule_orbits(schedule, topo) if symmetric is not False and not noisy else None
     s = schedule
     if orbits is not None:
@@ -417,10 +423,11 @@ def run(schedule: Schedule, topo: Topology, block_elems, dtype_size: int, want_l
     offset, summarize, pool_rows = plan_pool(schedule)
     prefix = chunk_prefix(schedule, block_elems, dtype_size)
     rel = np.zeros(0) if release is None else np.asarray(release, np.float64)
+    first = np.concatenate([[0], np.cumsum(s.tmpl[:, F_ID] * s.tmpl[:, F_IL])]).astype(np.int64)
     t, links = analytic_kernel(s.tmpl, s.dep_ptr, s.dep_t, s.dep_mode, s.dep_si, s.dep_sj, s.dep_kind, s.group_ptr,
                                offset, summarize, pool_rows, topo.params, topo.link_bw, topo.link_lat, topo.max_hops,
                                prefix, want_links, topo.nranks, ep.issue_overhead, ep.reduction_bandwidth, rel,
-                               float(jitter), int(seed))
+                               float(jitter), int(seed), first, np.zeros(0) if avail is None else avail)
     if len(rel):
         t = t - rel.min()
     return Timing(time=t, link_bytes=links, transfers=s.ntransfers)

@@ -14,7 +14,9 @@ timeline (docs/execution.md has the model and every rule's reasoning):
   ``--launch host`` (none with ``device``: the collective was launched ahead and a compute kernel
   releases it through a semaphore; with ``loop[:G]`` the back-to-back loop of nccl-tests, where G launches
   per iteration overlap the previous iteration's device time); HCCL's graph generation and metadata copy per collective and the
-  control core's scheduling per subgraph (one per channel a rank drives). An exposed cost adds to the
+  control core's scheduling per subgraph (one per channel a rank drives); the message engines' control cores
+  (``control_core``: a WQE waits until its engine has unrolled it and re-targeted a queue pair for it).
+  An exposed cost adds to the
   time; costs listed in ``[endpoint] hidden`` are prepared while the previous collective runs, so in a
   stream of collectives each one takes max(its device time, the hidden costs);
 * noisy iterations (``Noise``): each rank arrives uniformly at random within ``skew`` of the first,
@@ -33,8 +35,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..core.errors import ConfigError
+from ..core.jit import njit
 from ..network.params import WIRE_PROTOCOLS
 from ..network.topology import Topology
+from ..schedule.expand import expand
 from ..schedule.ir import F_CHAN, F_ID, F_IL, Schedule
 
 LAUNCHES = ("host", "device", "loop")
@@ -137,13 +141,14 @@ def net_cap(topo: Topology, schedule: Schedule, protocol: str, nchannels: int) -
 
 
 def device_topology(topo: Topology, protocol: str | None = None, cap: float = np.inf,
-                    switch_ops: bool = False, net: float = np.inf) -> Topology:
+                    switch_ops: bool = False, net: float = np.inf, reducers: int = 1) -> Topology:
     """The topology as the engines see it: each link at the share of its peak the library pushes (the tier's
     efficiency, the protocol's share; in-switch operations at the switch's efficiency), links out of a rank
     capped at what its channels inject, a rank's NIC links both ways at what its channels carry across the
-    network (net), and the protocol's step latency and the issue overhead per transfer."""
+    network (net), the protocol's step latency, the issue overhead and the WQE fetch per transfer, and a
+    rank's reduction throughput (per engine: reducers engines reduce, engines_reducing)."""
     protocol = topo.endpoint.protocol if protocol is None else protocol
-    key = ("device", protocol, cap, switch_ops, net)
+    key = ("device", protocol, cap, switch_ops, net, reducers)
     if key in topo.cache:
         return topo.cache[key]
     ep = topo.endpoint
@@ -156,8 +161,11 @@ def device_topology(topo: Topology, protocol: str | None = None, cap: float = np
         extra = ep.in_switch_step_latency
     else:
         extra = wire.step_latency if wire else 0.0
-    issue = (0.0 if "issue_overhead" in ep.hidden else ep.issue_overhead) + extra
-    reduce_bw = ep.sm_reduction_bandwidth if ep.execution == "sm" else ep.reduction_bandwidth
+    # a fetch doorbell: the engine reads each WQE from memory after the doorbell, at issue (never hidden)
+    fetch = ep.wqe_fetch_latency if ep.doorbell == "fetch" else 0.0
+    issue = (0.0 if "issue_overhead" in ep.hidden else ep.issue_overhead) + extra + fetch
+    reduce_bw = ep.sm_reduction_bandwidth if ep.execution == "sm" else \
+        ep.engine_reduction_bandwidth * reducers or ep.reduction_bandwidth
     bw = topo.link_bw * np.array([t.packet.efficiency for t in topo.tiers])[topo.link_tier] * share
     if switch_ops and ep.in_switch_efficiency != 1.0:
         switches = np.unique(topo.reduce_switch[topo.reduce_switch >= 0])
@@ -187,6 +195,91 @@ def device_topology(topo: Topology, protocol: str | None = None, cap: float = np
 def channels(schedule: Schedule) -> int:
     """Subgraphs per rank: the channels (message engines) the schedule issues on."""
     return len(np.unique(schedule.tmpl[:, F_CHAN]))
+
+
+def engines_reducing(topo: Topology, schedule: Schedule) -> int:
+    """Message engines whose near-memory units reduce for a rank: one per channel, at most message_engines
+    (0: no limit). A rank reduces at engine_reduction_bandwidth times this."""
+    return min(channels(schedule), topo.endpoint.message_engines or channels(schedule))
+
+
+@njit
+def _control_kernel(stream, dst, nstreams, per_wqe, queue_pairs, qp_reuse):
+    """(ready seconds per transfer, WQEs per stream, QP re-targets per stream) of transfers in the compiled
+    graph's order; stream[x] < 0: no WQE. An engine's control core works through its stream in order: each WQE
+    takes per_wqe to unroll and, when no QP of the engine holds its peer, qp_reuse to re-target the least
+    recently used one (the first queue_pairs peers find a QP free)."""
+    q = max(queue_pairs, 1)
+    ready = np.zeros(len(stream))
+    clock = np.zeros(nstreams)
+    count = np.zeros(nstreams, np.int64)
+    reuses = np.zeros(nstreams, np.int64)
+    peer = np.full((nstreams, q), -1, np.int64)
+    used = np.zeros((nstreams, q), np.int64)          # when each QP was last used (its WQE's number)
+    for x in range(len(stream)):
+        s = stream[x]
+        if s < 0:
+            continue
+        count[s] += 1
+        clock[s] += per_wqe
+        if queue_pairs > 0:
+            k = 0
+            for c in range(q):
+                if peer[s, c] == dst[x]:
+                    k = c
+                    break
+                if used[s, c] < used[s, k]:
+                    k = c
+            if peer[s, k] != dst[x]:
+                if peer[s, k] >= 0:
+                    reuses[s] += 1
+                    clock[s] += qp_reuse
+                peer[s, k] = dst[x]
+            used[s, k] = count[s]
+        ready[x] = clock[s]
+    return ready, count, reuses
+
+
+@dataclass(frozen=True)
+class ControlCore:
+    """What the message engines' control cores add to one collective (control_core)."""
+
+    ready: np.ndarray | None  # seconds per transfer (expand's order) before its WQE can issue; None: never waits
+    hidden: float             # seconds of unrolling prepared behind the previous collective (hidden wqe_rate)
+    reuses: np.ndarray        # QP re-targets per rank
+
+
+def control_core(topo: Topology, schedule: Schedule) -> ControlCore:
+    """The control cores' unrolling (wqe_rate) and QP re-targeting (queue_pairs, qp_reuse) of one collective.
+
+    A WQE is a transfer a rank issues to another node; it belongs to the engine of its channel (channel mod
+    message_engines; every channel its own engine when that is 0), whose control core unrolls the rank's
+    WQEs of that engine in the compiled graph's order (templates, then instances, as expand lists them):
+    WQE k of an engine is ready k / wqe_rate after the rank starts, plus qp_reuse for every re-target before
+    it. With wqe_rate in hidden the unrolling was done behind the previous collective: only the re-targets
+    delay WQEs, and the busiest engine's WQEs / wqe_rate is a hidden cost."""
+    ep, n = topo.endpoint, schedule.nranks
+    unroll = ep.wqe_rate > 0
+    qps = 0 < ep.queue_pairs < schedule.nnodes - 1 and ep.qp_reuse > 0     # else a QP per possible peer
+    if not (unroll or qps):
+        return ControlCore(None, 0.0, np.zeros(n, np.int64))
+    ex = expand(schedule)
+    src, dst = ex["src"], ex["dst"]
+    _, chan = np.unique(schedule.tmpl[ex["tmpl"], F_CHAN], return_inverse=True)
+    engines = ep.message_engines or int(chan.max(initial=0)) + 1
+    wqe = (src < n) & (src != dst)
+    key = np.where(wqe, src * engines + chan.ravel() % engines, -1)
+    streams, stream = np.unique(key, return_inverse=True)
+    skip = int(streams[0] < 0) if len(streams) else 0           # the key of transfers that are no WQE
+    stream = np.where(wqe, stream.ravel() - skip, -1)
+    hide = "wqe_rate" in ep.hidden
+    per_wqe = 1.0 / ep.wqe_rate if unroll and not hide else 0.0
+    ready, count, reuses = _control_kernel(stream.astype(np.int64), dst.astype(np.int64), len(streams) - skip,
+                                           per_wqe, ep.queue_pairs if qps else 0, ep.qp_reuse)
+    retargets = np.bincount(streams[skip:] // engines, reuses, n).astype(np.int64)
+    hidden = float(count.max(initial=0)) / ep.wqe_rate if unroll and hide else 0.0
+    waits = per_wqe > 0 or retargets.any()
+    return ControlCore(ready if waits else None, hidden, retargets)
 
 
 def base_latency(topo: Topology, schedule: Schedule, protocol: str) -> float:
@@ -220,10 +313,12 @@ def host_issue(topo: Topology, launch: str) -> float:
     return gpus * topo.endpoint.launch_overhead if kind == "loop" else 0.0
 
 
-def _timed(engine_run, schedule, device, block_elems, dtype_size, noise, nranks):
-    """(seconds[iters, sizes], stats) of the engine on one device topology, quiet or noisy."""
+def _timed(engine_run, schedule, device, block_elems, dtype_size, noise, nranks, ready=None):
+    """(seconds[iters, sizes], stats) of the engine on one device topology, quiet or noisy; ready: seconds per
+    transfer before its WQE can issue (control_core), or None."""
+    more = {} if ready is None else {"avail": ready}
     if not noise.active:
-        timing = engine_run(schedule, device, block_elems, dtype_size)
+        timing = engine_run(schedule, device, block_elems, dtype_size, **more)
         return np.tile(timing.time, (noise.iters, 1)), timing.stats
     rng = np.random.default_rng(noise.seed)
     out = np.empty((noise.iters, len(block_elems)))
@@ -232,7 +327,7 @@ def _timed(engine_run, schedule, device, block_elems, dtype_size, noise, nranks)
         release = rng.uniform(0.0, noise.skew, nranks) if noise.skew > 0 else None
         seed = int(rng.integers(0, 2 ** 31 - 1))
         timing = engine_run(schedule, device, block_elems, dtype_size, release=release, jitter=noise.jitter,
-                            seed=seed)
+                            seed=seed, **more)
         out[it] = timing.time
         stats = stats or timing.stats          # counters of the first iteration
     return out, stats
@@ -247,6 +342,9 @@ def run(engine_run, schedule: Schedule, topo: Topology, block_elems, dtype_size:
     block_elems = np.atleast_1d(np.asarray(block_elems))
     size_bytes = np.zeros(len(block_elems)) if size_bytes is None else np.asarray(size_bytes, np.float64)
     exposed, hidden = overheads(topo, schedule, launch)
+    control = control_core(topo, schedule)
+    hidden += control.hidden
+    reducers = engines_reducing(topo, schedule)
     host = host_issue(topo, launch)
     ops = in_switch(schedule)
     best, best_mean, names, stats = None, None, np.empty(len(block_elems), object), None
@@ -259,8 +357,9 @@ def run(engine_run, schedule: Schedule, topo: Topology, block_elems, dtype_size:
         proto_stats = None
         for cap in dict.fromkeys(caps):
             idx = np.flatnonzero([c == cap for c in caps])
-            device = device_topology(topo, proto, cap[0], ops, cap[1])
-            got, st = _timed(engine_run, schedule, device, block_elems[idx], dtype_size, noise, topo.nranks)
+            device = device_topology(topo, proto, cap[0], ops, cap[1], reducers)
+            got, st = _timed(engine_run, schedule, device, block_elems[idx], dtype_size, noise, topo.nranks,
+                             control.ready)
             samples[:, idx] = np.maximum(exposed + base + np.maximum(got, hidden), host)
             proto_stats = _merge_stats(proto_stats, st, np.arange(len(block_elems))[idx], len(block_elems))
         mean = samples.mean(axis=0)

@@ -96,13 +96,18 @@ class PacketProblem:
     nbuckets: int
     explicit: dict = field(default_factory=dict)
     max_delay: int = 0           # ps: the farthest ahead of now an event is ever scheduled
-    release_ps: np.ndarray | None = None   # per rank: issues nothing before (skew); None = 0
+    release_ps: np.ndarray | None = None   # per transfer: issues nothing before (skew, WQE ready); None = 0
     jitter_ps: np.ndarray | None = None    # per transfer: extra start delay (jitter); None = 0
 
-    def with_noise(self, release_s, jitter_s) -> PacketProblem:
-        """This problem with ranks released at release_s (seconds per rank, or None) and each transfer
-        delayed by jitter_s (seconds per transfer, or None); the calendar grows to reach that far."""
-        rel = np.zeros(self.nranks, np.int64) if release_s is None else _ps(release_s)
+    def with_noise(self, release_s, jitter_s, avail_s=None) -> PacketProblem:
+        """This problem with ranks released at release_s (seconds per rank, or None), each transfer
+        delayed by jitter_s (seconds per transfer, or None) and issued no earlier than avail_s after its
+        rank's release (seconds per transfer, or None: when its work-queue element is ready,
+        hcclsim.engine.execution.control_core); the calendar grows to reach that far."""
+        src = self.xt[:, K.X_SRC]
+        rel = np.zeros(len(self.xt)) if release_s is None else \
+            np.where(src < self.nranks, np.asarray(release_s, np.float64)[np.minimum(src, self.nranks - 1)], 0.0)
+        rel = _ps(rel if avail_s is None else rel + avail_s)
         jit = np.zeros(len(self.xt), np.int64) if jitter_s is None else _ps(jitter_s)
         extra = int(rel.max(initial=0)) + int(jit.max(initial=0))
         nbuckets = 1 << int(np.ceil(np.log2(((self.max_delay + extra) >> self.wsh) + 3)))
@@ -113,7 +118,7 @@ class PacketProblem:
         return (self.xt, self.path_links, self.child_ptr, self.child_idx, self.order_ptr, self.order_idx, self.ndeps, self.jobs, self.job_fan_ptr,
                 self.job_fan_idx, self.job_pk_ptr, self.link_ser, self.link_lat, self.link_buf, self.link_cut,
                 self.node_table, self.nranks, self.engines, self.issue_ps,
-                np.zeros(self.nranks, np.int64) if self.release_ps is None else self.release_ps,
+                np.zeros(len(self.xt), np.int64) if self.release_ps is None else self.release_ps,
                 np.zeros(len(self.xt), np.int64) if self.jitter_ps is None else self.jitter_ps,
                 self.reduce_ser, self.wsh, self.nbuckets, want_trace)
 
@@ -429,25 +434,28 @@ def simulate(problem: PacketProblem, budget: int | None = None, want_trace: bool
 
 
 def run(schedule: Schedule, topo: Topology, block_elems, dtype_size: int, want_links: bool = False,
-        budget: int | None = None, release=None, jitter: float = 0.0, seed: int = 0) -> Timing:
+        budget: int | None = None, release=None, jitter: float = 0.0, seed: int = 0, avail=None) -> Timing:
     """The packet engine behind the analytic engine's interface: one simulation per size, each checked
     first (check; budget: bytes, or the one in force).
 
     release (seconds per rank) and jitter (mean seconds of an exponential delay per rank-issued
     transfer, drawn from seed; the same draws at every size) describe one noisy iteration
-    (hcclsim.engine.execution); the time then runs from the earliest release."""
+    (hcclsim.engine.execution); the time then runs from the earliest release. avail (seconds per
+    transfer of the explicit schedule, or None): a transfer issues no earlier than that after its rank's
+    release (its work-queue element is ready, hcclsim.engine.execution.control_core)."""
     block_elems = np.atleast_1d(np.asarray(block_elems, np.int64))
     times = np.zeros(len(block_elems))
     stats = {name: np.zeros(len(block_elems)) for name in STAT_NAMES}
-    noisy = release is not None or jitter > 0
+    noisy = release is not None or jitter > 0 or avail is not None
     draws = np.random.default_rng(seed).exponential(jitter, explicit_size(schedule)[0]) if jitter > 0 else None
-    delay = (float(np.max(release)) if release is not None else 0.0) + (float(draws.max(initial=0)) if jitter > 0 else 0)
+    delay = (float(np.max(release)) if release is not None else 0.0) + (float(draws.max(initial=0)) if jitter > 0 else 0) \
+        + (float(np.max(avail, initial=0)) if avail is not None else 0.0)
     for i, e in enumerate(block_elems):
         with B.limited(budget):
             check(schedule, topo, int(e), dtype_size, delay)
             problem = prepare(schedule, topo, int(e), dtype_size)
         if noisy:
-            problem = problem.with_noise(release, draws)
+            problem = problem.with_noise(release, draws, avail)
         r = simulate(problem, budget)
         times[i] = r.time - (float(np.min(release)) if release is not None else 0.0)
         for name in STAT_NAMES:

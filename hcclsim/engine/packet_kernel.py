@@ -544,7 +544,7 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
             stop = False
             while rs[ro + R_FREE] > 0 and rs[ro + R_QH] >= 0:
                 x = rs[ro + R_QH]
-                t = max(now, rel_ps[ident]) + issue_ps + jit_ps[x]      # release (skew), overhead, jitter
+                t = max(now, rel_ps[x]) + issue_ps + jit_ps[x]          # release (skew, WQE), overhead, jitter
                 if t > now and not _room(bc, nheap, hcap, csh, cur, wsh, mask, t, 1):
                     code = G_HEAP if t >> wsh == cur else G_BUCKETS
                     stop = True
@@ -623,7 +623,8 @@ def packet_kernel(xt, path_links, child_ptr, child_idx, order_ptr, order_idx, nd
     jobs[j] = (switch node, contributions needed per packet). link_ser: ps per byte << FIX;
     link_lat: ps (for a link into a switch, plus the switch's latency); link_buf: bytes of
     output buffer (ports leaving a switch; huge for ranks' own ports); link_cut: the switch at
-    the link's head forwards cut-through. rel_ps[r]: rank r issues nothing before then (skew);
+    the link's head forwards cut-through. rel_ps[x]: transfer x issues no earlier (its rank's arrival, skew,
+    plus when its engine's control core has its work-queue element ready);
     jit_ps[x]: transfer x starts that much later than its issue overhead alone (jitter). Returns (finish ps, start ps per transfer, busy ps per
     link, stats, trace rows (link, from ps, to ps)).
     """

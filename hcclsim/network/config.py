@@ -18,6 +18,7 @@ from ..core.units import parse_bandwidth, parse_flops, parse_size, parse_time
 from .params import (
     DEFAULT_ENDPOINT,
     DEFAULT_PACKET,
+    DOORBELLS,
     EXECUTIONS,
     HIDEABLE,
     PROTOCOL_DEFAULTS,
@@ -43,7 +44,8 @@ ENDPOINT_KEYS = {"message_engines", "issue_overhead", "reduction_bandwidth", "la
                  "metadata_copy", "subgraph_schedule", "hidden", "execution", "sm_share", "sm_reduction_bandwidth",
                  "protocol", "channels", "algorithms", "in_switch_latency", "in_switch_efficiency",
                  "in_switch_channels", "in_switch_step_latency", "peak_flops", "gemm_efficiency",
-                 "memory_bandwidth", "selection", "compute_capability", *WIRE_PROTOCOLS}
+                 "memory_bandwidth", "selection", "compute_capability", "engine_reduction_bandwidth", "wqe_rate",
+                 "doorbell", "wqe_fetch_latency", "queue_pairs", "qp_reuse", *WIRE_PROTOCOLS}
 PROTOCOL_KEYS = {"share", "step_latency", "net_step_latency", "base_latency", "bandwidth_cap", "channel_bandwidth",
                  "net_channel_bandwidth", "channel_bytes"}
 FLAT_KEYS = {"description", "kind", "ranks", "bandwidth", "latency", "in_switch_reduce", "dims"} | PACKET_KEYS
@@ -337,6 +339,9 @@ def _endpoint(doc: dict, label: str, overridden: set[str]) -> Endpoint:
         raise ConfigError(f"{label}: endpoint: expected a table [endpoint]")
     table = _Table(doc["endpoint"], "endpoint", label, overridden)
     table.check_keys(ENDPOINT_KEYS)
+    if "reduction_bandwidth" in table.data and "engine_reduction_bandwidth" in table.data:
+        raise ConfigError(f"{table.where('engine_reduction_bandwidth')}: set the rank's reduction_bandwidth or the "
+                          f"per-engine engine_reduction_bandwidth, not both")
     d = DEFAULT_ENDPOINT
     return Endpoint(
         message_engines=table.get("message_engines", _int(0), d.message_engines),
@@ -362,7 +367,22 @@ def _endpoint(doc: dict, label: str, overridden: set[str]) -> Endpoint:
         **{p: _protocol(table, p) for p in WIRE_PROTOCOLS},
         peak_flops=table.get("peak_flops", _flops_or_zero, d.peak_flops),
         gemm_efficiency=table.get("gemm_efficiency", _fraction(True), d.gemm_efficiency),
-        memory_bandwidth=table.get("memory_bandwidth", _bandwidth_or_zero, d.memory_bandwidth))
+        memory_bandwidth=table.get("memory_bandwidth", _bandwidth_or_zero, d.memory_bandwidth),
+        engine_reduction_bandwidth=table.get("engine_reduction_bandwidth", _bandwidth_or_zero,
+                                             d.engine_reduction_bandwidth),
+        wqe_rate=table.get("wqe_rate", _wqe_rate, d.wqe_rate),
+        doorbell=table.get("doorbell", _choice(DOORBELLS, "doorbell"), d.doorbell),
+        wqe_fetch_latency=table.get("wqe_fetch_latency", _time, d.wqe_fetch_latency),
+        queue_pairs=table.get("queue_pairs", _int(0), d.queue_pairs),
+        qp_reuse=table.get("qp_reuse", _time, d.qp_reuse))
+
+
+def _wqe_rate(v, where):
+    """WQEs per second; at least 1, so that a collective's unrolling stays within the engines' 2^62 ps."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v == 0 or 1 <= v < float("inf")):
+        raise ConfigError(f"{where}: expected work-queue elements per second, 0 (no limit) or a finite number >= 1, "
+                          f"got {v!r}")
+    return float(v)
 
 
 def _algorithm_names(v, where):

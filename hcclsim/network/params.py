@@ -40,7 +40,10 @@ class PacketParams:
 
 
 EXECUTIONS = ("offload", "sm")
-HIDEABLE = ("graph_generation", "metadata_copy", "subgraph_schedule", "issue_overhead")
+HIDEABLE = ("graph_generation", "metadata_copy", "subgraph_schedule", "issue_overhead", "wqe_rate")
+# "express": the WQE write is the doorbell (one posted write, inside issue_overhead); "fetch": a doorbell,
+# then the engine reads the WQE from memory (wqe_fetch_latency more per WQE). docs/execution.md.
+DOORBELLS = ("express", "fetch")
 WIRE_PROTOCOLS = ("ll", "ll128", "simple")
 PROTOCOLS = ("none", *WIRE_PROTOCOLS, "auto")
 # "fastest": the simulated fastest per size; "library": what NCCL's cost model picks (hcclsim.sweeping.library).
@@ -102,6 +105,15 @@ class Endpoint:
     message_engines: int = 0          # transfers a rank drives at once; 0 = no limit (packet engine)
     issue_overhead: float = 0.0       # s per transfer (work-queue element) from ready to its first byte leaving
     reduction_bandwidth: float = 0.0  # bytes/s a rank reduces on arrival (near-memory compute); 0 = free
+    # -- a message engine's control core, doorbell and queue pairs (docs/execution.md, "Message engines").
+    # HCCL's paper describes each mechanism and gives none of these numbers: every default costs nothing
+    # and the HCCL studies sweep them. --
+    engine_reduction_bandwidth: float = 0.0  # bytes/s one engine's near-memory units reduce; 0 = use the rank's
+    wqe_rate: float = 0.0             # WQEs/s an engine's control core unrolls from its subgraph; 0 = no limit
+    doorbell: str = "express"         # how an engine learns of a WQE (DOORBELLS)
+    wqe_fetch_latency: float = 0.0    # s for an engine to read a WQE from memory (doorbell = "fetch")
+    queue_pairs: int = 0              # QPs one engine holds (one peer each); 0 = one per peer
+    qp_reuse: float = 0.0             # s of control-core time to re-target a QP to another peer (teardown + setup)
     # -- launching a collective --
     launch_overhead: float = 0.0      # s from the host's call to the collective starting (--launch host)
     graph_generation: float = 0.0     # s of host time to compile the collective's graph (HCCL)

@@ -169,7 +169,8 @@ def route_kernel(params, src, dst, out):
     ones node N + d is domain d's scale-up switch (the in-switch reduction point) and,
     on a rail scale-out, the nodes after those the rail switches (the scale-out reduction
     points): a rank off the switch's rail reaches it over NVLink through its domain's
-    rank on that rail, as cross-rail traffic does.
+    rank on that rail, as cross-rail traffic does; on a fat tree, the nodes after the
+    scale-up switches the leaves, which a rank reaches (and is reached from) over its NIC.
     """
     kind = params[P_KIND]
     n = params[P_N]
@@ -179,7 +180,7 @@ def route_kernel(params, src, dst, out):
         return _flat_route(kind, n, params[P_X], a, b, 0, out, 0)
     loc, upkind, ulinks = params[P_L], params[P_UPKIND], params[P_U]
     nic = params[P_NICBASE]
-    rail0 = n + (params[P_D] if upkind == SWITCH else 0)       # the first rail switch
+    rail0 = n + (params[P_D] if upkind == SWITCH else 0)       # the first rail switch (fat tree: leaf)
     if params[P_OUTKIND] == RAIL and src >= rail0:             # rail switch -> its NIC in dst's domain -> dst
         rl, dd = src - rail0, dst // loc
         out[0] = nic + n + dd * loc + rl
@@ -189,6 +190,9 @@ def route_kernel(params, src, dst, out):
         k = _flat_route(upkind, loc, 0, src % loc, rl, sd * ulinks, out, 0)
         out[k] = nic + sd * loc + rl
         return k + 1
+    leaves = rail0 + params[P_NLEAF]                           # on a fat tree, the leaves are rail0..leaves-1
+    if src < n <= rail0 <= dst < leaves or dst < n <= rail0 <= src < leaves:
+        return _leaf_route(params, src, dst, rail0, out)
     if src >= n:
         d = src - n
         return _flat_route(upkind, loc, 0, -1, dst - d * loc, d * ulinks, out, 0)
@@ -216,6 +220,32 @@ def route_kernel(params, src, dst, out):
             k += 2
     out[k] = nic + n + dst
     return k + 1
+
+
+@njit
+def _leaf_route(params, src, dst, leaf0, out):
+    """A rank to fat-tree leaf k, or leaf k to a rank (leaf k is node leaf0 + k): over the rank's NIC, and a
+    spine when k is not the rank's own leaf. A leaf relays a striped schedule's NIC share between two ranks
+    of one domain (algorithms/striped.py)."""
+    n, nic, leaf_size = params[P_N], params[P_NICBASE], params[P_LEAF]
+    nleaf, spines = params[P_NLEAF], params[P_SPINES]
+    up = dst >= leaf0
+    rank, k = (src, dst - leaf0) if up else (dst, src - leaf0)
+    h = 0
+    if up:
+        out[0] = nic + src
+        h = 1
+    own = rank // leaf_size
+    if own != k:
+        s = ecmp_hash(src, dst) % spines if spines > 1 else 0
+        a, b = (own, k) if up else (k, own)
+        out[h] = nic + 2 * n + a * spines + s
+        out[h + 1] = nic + 2 * n + nleaf * spines + b * spines + s
+        h += 2
+    if not up:
+        out[h] = nic + n + dst
+        h += 1
+    return h
 
 
 @njit
