@@ -25,11 +25,15 @@ import argparse
 import dataclasses
 import functools
 import math
+import os
 import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+# Command output in the docs is what a 120-column terminal shows, whoever runs this (an 80-column terminal,
+# a pipe, a test worker): tables fit and drop columns by the width (hcclsim.results.report.terminal_width).
+os.environ["COLUMNS"] = "120"
 DOCS = Path(__file__).resolve().parent
 MARK = re.compile(r"<!-- generated: (?P<spec>[^>]*?) -->(?P<body>.*?)<!-- /generated -->", re.DOTALL)
 BLOCKS: dict[str, Callable[..., str]] = {}

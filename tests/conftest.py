@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -5,6 +6,10 @@ from pathlib import Path
 import pytest
 
 from hcclsim.network.topology import build_flat
+
+# Output fitted to the terminal (tables, wrapped notes) is the same whether pytest runs in a terminal, a pipe
+# or a worker process: what a 120-column terminal shows (tests of narrow terminals set their own COLUMNS).
+os.environ["COLUMNS"] = "120"
 
 
 @pytest.fixture

@@ -93,8 +93,9 @@ def write_text(path: str, text: str) -> None:
 
 
 def _console(file=None) -> Console:
+    """Text lines are not wrapped (the terminal wraps them; a file or a pipe keeps one line per line)."""
     width = max(shutil.get_terminal_size((120, 24)).columns, 100)
-    return Console(file=file, width=width, highlight=False, soft_wrap=False)
+    return Console(file=file, width=width, highlight=False, soft_wrap=True)
 
 
 def terminal_width() -> int:
