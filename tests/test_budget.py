@@ -280,3 +280,14 @@ def test_calibrate_and_validate_take_the_flag_too(argv, tmp_path, capsys):
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and "over the 1 KiB memory budget" in err, err
     assert not (tmp_path / "fit.toml").exists()
+
+
+def test_a_validation_already_run_in_the_process_does_not_lift_the_budget(capsys):
+    """validate keeps its runs per process (the docs' summary shares them): a run without a budget must not
+    serve one under --max-memory 1K, which refuses the first topology it builds."""
+    from hcclsim.analysis.validate import validate
+
+    assert not validate(["dgx-h200"]).points.empty
+    status = main(["validate", "dgx-h200", "--max-memory", "1K"])
+    err = capsys.readouterr().err
+    assert status == 2 and "over the 1 KiB memory budget" in err, err

@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ..core import budget
 from ..core.errors import ConfigError, HcclSimError, suggest
 from ..core.units import format_size, parse_size
 from ..engine.execution import check_launch
@@ -511,16 +512,18 @@ def resolve(names=(), directory=None) -> list[tuple[Validation, bool]]:
 
 
 @functools.lru_cache(maxsize=64)
-def _run_cached(v: Validation, explicit: bool) -> Result:
-    """run_validation, once per (validation file as loaded, explicit) in a process: a validation file is
-    frozen data and the model is the code, so `validate` and the docs' summary share one run."""
+def _run_cached(v: Validation, explicit: bool, memory_budget: int) -> Result:
+    """run_validation, once per (validation file as loaded, explicit, memory budget) in a process: a validation
+    file is frozen data and the model is the code, so `validate` and the docs' summary share one run; a
+    run under another budget (--max-memory) is another run, which the budget may refuse."""
     return run_validation(v, explicit)
 
 
 def validate(names=(), directory=None) -> Result:
     """Run the named (or all) validations; points and band summaries of every case, skips and exclusions."""
     # explicit only matters for a preset that is not available (an error instead of a skip)
-    parts = [_run_cached(v, explicit and not available(v.preset)) for v, explicit in resolve(names, directory)]
+    parts = [_run_cached(v, explicit and not available(v.preset), budget.current())
+             for v, explicit in resolve(names, directory)]
     frames = [p for p in parts if not p.points.empty]
     return Result(pd.concat([p.points for p in frames], ignore_index=True) if frames else pd.DataFrame(),
                   pd.concat([p.summary for p in frames], ignore_index=True) if frames else pd.DataFrame(),
