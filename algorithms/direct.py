@@ -22,6 +22,11 @@ nccl-tests reports it; a rank's link is shared by its N-1 concurrent PUTs):
     AllReduce oneshot                    alpha + (N-1) S/B
     AllReduce twoshot                    2 (alpha + (N-1) S/(N B))
 
+AllToAllv, send_recv and pp_ring (:func:`compile_pairs`): every rank PUTs each peer its units of the
+traffic matrix straight into its output, all at once, one explicit transfer per pair that moves
+anything (the per-pair sizes are no affine function of the rank: a template per pair, O(N^2) of
+them), ordered and on the channels of AllToAll's PUTs, so a uniform matrix times as AllToAll does.
+
 Option ``chunks=P`` cuts every PUT into P pieces that its channel sends one after another:
 one-step collectives take P (alpha + (N-1) S/(N P B)) (Broadcast/Reduce/oneshot: S/P per
 PUT), twoshot (P+1) alpha + 2 (N-1) S/(N B) (the all-gather of piece p runs beside the
@@ -147,6 +152,25 @@ def compile_direct(problem: Problem, label: str, P: int, twoshot: bool = False) 
     return b.build()
 
 
+def compile_pairs(problem: Problem, label: str, traffic) -> Schedule:
+    """One PUT per pair (i, j), i != j, of traffic.units[i, j] units from i's input to j's output, all in
+    one group; in AllToAll's order (peer offset (kd, kl) on the (D, L) grid, then the sender), on its
+    channel kd*L + kl - 1."""
+    n, D, L = problem.nranks, problem.topology.domains, problem.topology.local
+    src, dst = np.divmod(np.arange(n * n), n)
+    (sd, sl), (dd, dl) = np.divmod(src, L), np.divmod(dst, L)
+    k = (dd - sd) % D * L + (dl - sl) % L
+    pick = np.lexsort((src, k))
+    pick = pick[(k[pick] > 0) & (traffic.units[src[pick], dst[pick]] > 0)]
+    src, dst, k = src[pick], dst[pick], k[pick]
+    b = ScheduleBuilder(problem.collective, label, n, (D, L), Layout(traffic.chunks, 1), root=problem.root)
+    b.notes["traffic"] = traffic
+    b.ops(len(src), src=Affine(c3=src), dst=Affine(c3=dst), schunk=Affine(c3=traffic.send_offsets[src, dst]),
+          dchunk=Affine(c3=traffic.recv_offsets[dst, src]), nchunks=traffic.units[src, dst], group=b.next_group(),
+          sbuf=IN, dbuf=OUT, chan=k - 1)
+    return b.build()
+
+
 def _wait(b: ScheduleBuilder, D: int, L: int, group: int, incoming: np.ndarray, kd, kl, prev: int | None,
           chan: int) -> int:
     """Rank (d, l) waits until the PUTs of templates ``incoming`` (offset (kd, kl), from rank (d-kd, l-kl))
@@ -184,9 +208,12 @@ class _DirectFamily(Algorithm):
     twoshot = False
 
     def structure_key(self, problem, sizing, dtype_size):
-        return self.options.chunks
+        """The chunks; a matrix collective's traffic (one schedule per matrix)."""
+        return sizing.traffic if problem.collective in C.MATRIX_COLLECTIVES else self.options.chunks
 
     def compile(self, problem: Problem, key) -> Schedule:
+        if problem.collective in C.MATRIX_COLLECTIVES:
+            return compile_pairs(problem, self.label, key)
         return compile_direct(problem, self.label, int(key), self.twoshot)
 
 
@@ -194,7 +221,12 @@ class _DirectFamily(Algorithm):
 class Direct(_DirectFamily):
     name = "direct"
     summary = "one-sided PUTs straight to every peer in one step (HCCL-style); latency-optimal"
-    collectives = (C.ALL_GATHER, C.REDUCE_SCATTER, C.ALL_TO_ALL, C.BROADCAST, C.REDUCE)
+    collectives = (C.ALL_GATHER, C.REDUCE_SCATTER, C.ALL_TO_ALL, C.BROADCAST, C.REDUCE, *C.MATRIX_COLLECTIVES)
+
+    def why_not(self, problem: Problem) -> str | None:
+        if problem.collective in C.MATRIX_COLLECTIVES and self.options.chunks > 1:
+            return f"chunks cuts equal blocks; {problem.collective} sends each pair its own size in one PUT"
+        return None
 
     def unsupported(self, problem: Problem) -> str | None:
         why = super().unsupported(problem)

@@ -8,6 +8,7 @@ every *rail* at once (the D ranks with the same l, one per domain), each on
   ReduceScatter  intra reduce-scatter -> inter reduce-scatter
   AllGather      inter all-gather -> intra all-gather
   AllToAll       intra exchange to the rank on the destination's rail (staged in TMP) -> inter exchange
+  AllToAllv      the same with a traffic matrix's per-pair sizes (_all_to_allv: explicit transfers)
   Broadcast      scatter in the root's domain -> scatter + all-gather per rail -> intra all-gather
   Reduce         intra reduce-scatter -> reduce-scatter + gather per rail -> gather in the root's domain
 
@@ -60,6 +61,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 from hcclsim.algorithms._phases import (
     Grid,
     Pieces,
@@ -79,7 +81,7 @@ from hcclsim.algorithms._phases import (
     switch_rs,
 )
 
-from hcclsim.schedule import IN, OUT, PUT, TMP, Affine, Layout, ScheduleBuilder, const, rot
+from hcclsim.schedule import DATA, IN, OUT, PUT, TMP, Affine, Layout, ScheduleBuilder, const, rot
 from hcclsim.schedule import collectives as C
 from hcclsim.schedule.algorithm import Algorithm, Problem, auto_chunks, opt, register
 
@@ -122,7 +124,7 @@ class HierarchicalOptions:
 class Hierarchical(Algorithm):
     name = "hierarchical"
     summary = "two-tier: scale-up phases inside each domain, scale-out phases on every rail in parallel"
-    collectives = (C.ALL_REDUCE, C.REDUCE_SCATTER, C.ALL_GATHER, C.ALL_TO_ALL, C.BROADCAST, C.REDUCE)
+    collectives = (C.ALL_REDUCE, C.REDUCE_SCATTER, C.ALL_GATHER, C.ALL_TO_ALL, C.BROADCAST, C.REDUCE, C.ALL_TO_ALLV)
     requires = "a two-tier topology (kind = hierarchical)"
     Options = HierarchicalOptions
 
@@ -130,6 +132,10 @@ class Hierarchical(Algorithm):
         topo = problem.topology
         if topo.domains <= 1:
             return "needs a two-tier topology (kind = hierarchical)"
+        if problem.collective == C.ALL_TO_ALLV and (self.options.intra not in ("auto", "direct")
+                                                   or self.options.inter not in ("ring", "direct")
+                                                   or self.options.pipeline == "on"):
+            return "all_to_allv runs intra=direct (or auto) with inter=ring or direct, pipeline=off"
         if self.options.pipeline == "on" and problem.collective not in (C.ALL_REDUCE, C.REDUCE_SCATTER,
                                                                          C.ALL_GATHER):
             return f"pipeline=on pipelines all_reduce, reduce_scatter and all_gather, not {problem.collective}"
@@ -179,6 +185,8 @@ class Hierarchical(Algorithm):
         sub-piece and the pipeline's chunks (an in-switch phase then takes one part per chunk: the
         pipeline streams them). K: the intra phases' parts (in-switch pipeline parts, ring channels,
         or 1), times the scale-out in-switch phase's parts Q unless intra=in_switch already cuts Q."""
+        if problem.collective == C.ALL_TO_ALLV:
+            return sizing.traffic
         intra = self._intra(problem, sizing.size_bytes)
         pipelined = self.options.pipeline == "on"
         Q = self._chunks(problem, sizing.size_bytes)
@@ -202,6 +210,8 @@ class Hierarchical(Algorithm):
     def compile(self, problem: Problem, key):
         topo, coll = problem.topology, problem.collective
         D, L, n = topo.domains, topo.local, problem.nranks
+        if coll == C.ALL_TO_ALLV:
+            return _all_to_allv(problem, self.label, key or C.default_traffic(coll, n), self.options.inter == "ring")
         if key is None:
             key = self.structure_key(problem, C.sizing(coll, 0, 4, n), 4)
         intra, K, *pipelined = key
@@ -280,6 +290,66 @@ def _all_to_all(b: ScheduleBuilder, g: Grid, intra_pairwise: bool, inter_pairwis
                      intra_pairwise)
     exchange(b, g, "d", entry, lambda s: rot(0, s, D, L, i_coef=1), lambda s: rot(0, 0, D, L, i_coef=1),
              {"nchunks": L}, TMP, OUT, inter_pairwise)
+
+
+def _all_to_allv(problem: Problem, label: str, traffic, pairwise: bool):
+    """AllToAll's two phases with the traffic's per-pair sizes, one explicit transfer per piece (O(N^2)).
+
+    Phase 1 (one group): rank (d, l') hands rank (d, l) its units for every rank on rail l: those for
+    its own domain straight into (d, l)'s output, those for rank (d', l), d' != d, into (d, l)'s TMP at
+    stage[(d, l), d', l'] (its own, l' = l, by a local copy). TMP holds, per domain d', the units from
+    (d, 0), ..., (d, L-1) in order, which is also their order in (d', l)'s output, so phase 2 is one PUT
+    per rail pair: (d, l) -> (d', l) once the L pieces for d' are staged; all at once, or pairwise
+    (d' = d + s in step s, after the rank's previous PUT).
+    """
+    topo, units = problem.topology, traffic.units
+    D, L, n = topo.domains, topo.local, problem.nranks
+    # staged[v, d', l']: what rank v = (d, l) stages from (d, l') for (d', l), none for d' = d
+    staged = units.reshape(D, L, D, L).transpose(0, 3, 2, 1).reshape(n, D, L).copy()
+    staged[np.arange(n), np.arange(n) // L, :] = 0
+    flat = staged.reshape(n, -1)
+    stage = (np.cumsum(flat, axis=1) - flat).reshape(n, D, L)
+    layout = Layout(max(traffic.chunks, int(flat.sum(axis=1).max())), 1)
+    b = ScheduleBuilder(C.ALL_TO_ALLV, label, n, (D, L), layout, root=problem.root)
+    b.notes.update(traffic=traffic, intra="direct", inter="ring" if pairwise else "direct")
+    src, dst = np.divmod(np.arange(n * n), n)
+    (sd, sl), (dd, dl) = np.divmod(src, L), np.divmod(dst, L)
+    move = (units[src, dst] > 0) & (src != dst)
+    g = b.next_group()
+    home = move & (sd == dd)                    # straight to the destination, inside the domain
+    s_, d_ = src[home], dst[home]
+    b.ops(len(s_), src=Affine(c3=s_), dst=Affine(c3=d_), schunk=Affine(c3=traffic.send_offsets[s_, d_]),
+          dchunk=Affine(c3=traffic.recv_offsets[d_, s_]), nchunks=units[s_, d_], group=g, sbuf=IN, dbuf=OUT)
+    away = move & (sd != dd)                    # to the rank of my domain on the destination's rail
+    s_, d_, v_ = src[away], dst[away], sd[away] * L + dl[away]
+    ups = b.ops(len(s_), src=Affine(c3=s_), dst=Affine(c3=v_), schunk=Affine(c3=traffic.send_offsets[s_, d_]),
+                dchunk=Affine(c3=stage[v_, dd[away], sl[away]]), nchunks=units[s_, d_], group=g, sbuf=IN, dbuf=TMP)
+    # phase 2: one PUT per (v, d2) with something staged, in step order (d2 = d + step), then rank order
+    key = (dd[away] - sd[away]) % D * n + v_
+    order = np.argsort(key, kind="stable")
+    sends, nfeed = np.unique(key[order], return_counts=True)
+    if not len(sends):                                  # nothing leaves a domain
+        return b.build()
+    v, step = sends % n, sends // n
+    d2 = (v // L + step) % D
+    deps = [np.stack([ups[order], np.repeat(np.arange(len(sends)), nfeed)], 1)]      # (template, send)
+    first = b.ntemplates
+    if pairwise:                                        # after the rank's previous PUT
+        by_rank = np.lexsort((step, v))
+        later = by_rank[1:][v[by_rank[1:]] == v[by_rank[:-1]]]
+        earlier = by_rank[:-1][v[by_rank[1:]] == v[by_rank[:-1]]]
+        deps.append(np.stack([first + earlier, later], 1))
+    deps = np.concatenate(deps)
+    deps = deps[np.argsort(deps[:, 1], kind="stable")]
+    steps = np.unique(step)
+    groups = [b.next_group() for _ in (steps if pairwise else steps[:1])]
+    group = np.asarray(groups)[np.searchsorted(steps, step)] if pairwise else groups[0]
+    rows = np.zeros((len(deps), 5), np.int64)
+    rows[:, 0], rows[:, 4] = deps[:, 0], DATA           # DEP_SHIFT (0, 0): the same (only) instance
+    b.ops(len(sends), src=Affine(c3=v), dst=Affine(c3=d2 * L + v % L), schunk=Affine(c3=stage[v, d2, 0]),
+          dchunk=Affine(c3=traffic.recv_offsets[d2 * L + v % L, v // L * L]), nchunks=staged[v, d2].sum(axis=1),
+          group=group, sbuf=TMP, dbuf=OUT, ndeps=np.bincount(deps[:, 1], minlength=len(sends)), deps=rows)
+    return b.build()
 
 
 def _scatter(b: ScheduleBuilder, g: Grid, root: int) -> list:

@@ -3,8 +3,14 @@
 Needs every rank under one switch that reduces (``in_switch_reduce = true``). The switch node
 holds a reduction buffer (TMP) and a multicast buffer (OUT) that start zeroed.
 
-``mode = nvls`` (default): as NCCL's NVLS kernels run (``multimem.ld_reduce`` and ``multimem.st``
-on a multicast address), whose every access includes the issuing GPU itself:
+NVLS has two modes, named here as the hardware names them. Pull (``multimem.ld_reduce``): a GPU
+loads from a multicast address, the switch reads every GPU's copy, reduces and returns the result.
+Push (``multimem.st`` / ``multimem.red``): a GPU stores, the switch multicasts the value or reduces it
+into the destination. ``mode = nvls`` (default; ``pull`` is the same schedule) is NCCL's NVLS
+kernels: the reduction by pull, the distribution by multicast store, every access including the
+issuing GPU itself; ``mode = push`` does both by push.
+
+``mode = nvls`` / ``pull``:
 
 * ReduceScatter -- every rank PUT_REDUCEs chunk p of every block, its own included, into the
   switch; the switch sends reduced chunk p of block r to rank r (ld_reduce's result).
@@ -17,8 +23,8 @@ on a multicast address), whose every access includes the issuing GPU itself:
   switch's multicast buffer (G) and the switch multicasts it to all N ranks (M). Per rank:
   S + S/N up, S/N + S down.
 
-``mode = push``: every rank's data crosses the switch once and no link carries what its rank
-already has:
+``mode = push`` (``multimem.red`` into the switch, its multicast or unicast out): every rank's data
+crosses the switch once and no link carries what its rank already has:
 
 * AllReduce -- every rank PUT_REDUCEs chunk p of its input into the switch's buffer; once all
   N contributions of chunk p are in, the switch multicasts the reduced chunk into every
@@ -132,7 +138,7 @@ from hcclsim.schedule import collectives as C
 from hcclsim.schedule.algorithm import Algorithm, Problem, auto_chunks, opt, register
 
 TEMPLATE_BUDGET = 4096     # automatic chunks keep P x (templates per chunk and direction) under this
-MODES = ("nvls", "push")
+MODES = ("nvls", "pull", "push")     # pull: the hardware's name for nvls (multimem.ld_reduce), the same schedule
 CHUNKINGS = ("auto", "fixed", "nccl")
 # NCCL_NVLS_CHUNKSIZE's default, the largest NVLS chunk (NVIDIA/nccl v2.28.9 src/transport/nvls.cc:153; below
 # the Simple step of 4 MiB / NCCL_STEPS = 512 KiB); calcCollChunking halves it to these while a channel's bytes
@@ -144,8 +150,10 @@ NVLS_MAX_HEADS = 32        # NCCL_MAX_NVLS_ARITY (v2.28.9 src/include/device.h:2
 
 @dataclass(frozen=True)
 class InSwitchOptions:
-    mode: str = opt("nvls", "nvls: as NVLS runs, every access includes the issuing GPU (AllReduce: S + S/N up "
-                            "and down per rank); push: a rank's own data never crosses its link (S up, S down)")
+    mode: str = opt("nvls", "nvls (or pull): as NCCL's NVLS runs, multimem.ld_reduce pulls every GPU's copy "
+                            "through the switch and multimem.st multicasts, the issuing GPU included (AllReduce: "
+                            "S + S/N up and down per rank); push: multimem.red/st writes, the switch reduces or "
+                            "multicasts into the others, a rank's own data never crosses its link (S up, S down)")
     chunks: int = opt(0, "pipelined chunks (0: as chunking says)")
     chunk_size: int = opt(32 << 10, "bytes per chunk with chunking=fixed (chunks leave back to back, so finer "
                                      "chunks only shrink the pipeline fill: under ~3 % from 1 MiB)")
@@ -208,7 +216,7 @@ class InSwitch(Algorithm):
         n, coll, P, root = problem.nranks, problem.collective, int(key), problem.root
         node = int(problem.topology.reduce_switch[0])
         sw = switch_of(1, n) if node == n else const(node)     # switch_of keeps the symmetric fast path
-        nvls = self.options.mode == "nvls"
+        nvls = self.options.mode != "push"
         feed = stream if self._nccl_steps(problem) else _whole
         if nvls and coll == C.ALL_REDUCE:
             b = ScheduleBuilder(coll, self.label, n, (1, n), Layout(1, n * P), nnodes=problem.topology.nnodes)
@@ -255,8 +263,8 @@ def nccl_steps(coll: str, size_bytes: int, n: int, channels: int) -> int:
 def _templates_per_chunk(coll: str, n: int, mode: str) -> int:
     """Templates one chunk adds on its busiest direction (what the automatic P is capped by)."""
     if coll in (C.ALL_GATHER, C.REDUCE_SCATTER):
-        return n if mode == "nvls" else n - 1
-    if coll == C.ALL_REDUCE and mode == "nvls":
+        return n - 1 if mode == "push" else n
+    if coll == C.ALL_REDUCE and mode != "push":
         return n + 1
     return 1
 

@@ -470,6 +470,39 @@ def _validation_summary():
     return "\n".join(lines)
 
 
+# replay.md: a trace of the test corpus replayed ---------------------------------------------------------
+
+@functools.cache
+def trace_replay(trace: str, topology: str):
+    from hcclsim.results.replay.formats import read
+    from hcclsim.results.replay.timing import time_traces
+    return time_traces([read(str(DOCS.parent / trace))], topology)
+
+
+@block("trace-total")
+def _trace_total(trace, topology, column):
+    """One per-trace total of `hccl-bench replay TRACE -t TOPOLOGY` (us, one decimal; counts as they are)."""
+    value = trace_replay(trace, topology)[2].iloc[0][column]
+    return f"{value:.1f}" if isinstance(value, float) else str(value)
+
+
+@block("trace-bands")
+def _trace_bands(trace, topology):
+    """Measured vs simulated (auto) per size band, over the trace's timed collectives with a measured time."""
+    per = trace_replay(trace, topology)[0]
+    per = per[per.auto_us.notna() & per.measured_us.notna()]
+    bands = [(0, 64 << 10), (64 << 10, 1 << 20), (1 << 20, 16 << 20), (16 << 20, 1 << 62)]
+    lines = ["| size band | collectives | measured (us, median) | simulated auto (us, median) | measured / simulated (median) |",
+             "|---|---|---|---|---|"]
+    for lo, hi in bands:
+        part = per[(per.size_bytes >= lo) & (per.size_bytes < hi)]
+        if len(part):
+            name = f"{human_size(lo)} – {human_size(hi)}" if hi < 1 << 62 else f"≥ {human_size(lo)}"
+            lines.append(f"| {name} | {len(part)} | {part.measured_us.median():.1f} | {part.auto_us.median():.1f} | "
+                         f"{part.measured_over_auto.median():.2f} |")
+    return "\n".join(lines)
+
+
 # docs/studies/*.md: the scenarios' tables ---------------------------------------------------------------
 #
 # A study block names a scenario and one of its sections and runs that section as `hccl-bench run` does

@@ -13,6 +13,8 @@ Every returned frame carries its provenance (hcclsim.results.provenance.metadata
 
 from __future__ import annotations
 
+import os
+
 import pandas as pd
 
 from .core import budget
@@ -68,7 +70,7 @@ def run_sweep(topology=DEFAULT_PRESET, collective=C.ALL_REDUCE, algorithm: str =
               e=None, f=None, dtype: str = "float32", root: int = 0, engine="analytic", stats: bool = False,
               overrides=(), launch: str = "host", iters: int = 1, skew=0, jitter=0, seed: int = 0,
               jobs: int | None = None, executor: str = "local", scheduler: str | None = None,
-              max_memory=None) -> pd.DataFrame:
+              max_memory=None, matrix=None) -> pd.DataFrame:
     """`hccl-bench sweep` as a function: one row per (collective, algorithm, engine, size), columns as in
     docs/results.md.
 
@@ -78,7 +80,9 @@ def run_sweep(topology=DEFAULT_PRESET, collective=C.ALL_REDUCE, algorithm: str =
     and seed as the command's flags (times in seconds or strings such as '2us'). jobs, executor and scheduler as
     --jobs, --executor and --scheduler, except that jobs defaults to 1 (this process); the rows are the same
     whichever runs them. max_memory: as --max-memory (bytes or a size such as '8G'; default: the
-    HCCL_BENCH_MAX_MEMORY environment variable, else hcclsim.core.budget.default())."""
+    HCCL_BENCH_MAX_MEMORY environment variable, else hcclsim.core.budget.default()). matrix: all_to_allv's
+    traffic as --matrix takes it ('zipf:1.2', 'traffic.csv'), or a hcclsim.schedule.matrix.Traffic; rows of a
+    sweep that runs all_to_allv get a matrix column (docs/alltoallv.md)."""
     if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
         raise ConfigError(f"jobs: expected a whole number >= 1, got {jobs!r}")
     limit = None if max_memory is None else budget.parse(max_memory, "max_memory")
@@ -86,13 +90,15 @@ def run_sweep(topology=DEFAULT_PRESET, collective=C.ALL_REDUCE, algorithm: str =
         topo = _topology(topology, overrides)
     grid = _sizes(sizes, b, e, f)
     colls = _collectives(collective)
+    matrix = os.fspath(matrix) if isinstance(matrix, os.PathLike) else matrix
     noise = Noise(iters, _seconds(skew, "skew"), _seconds(jitter, "jitter"), seed)
     with open_executor(executor, scheduler, jobs) as run_units, budget.limited(limit):
         result = _core_sweep(topo, colls, algorithm, grid, dtype=dtype, root=root, engine=engine, stats=stats,
-                             launch=launch, noise=noise, jobs=jobs or 1, executor=run_units)
+                             launch=launch, noise=noise, jobs=jobs or 1, executor=run_units, matrix=matrix)
     rows = result.rows
     rows.attrs["provenance"] = metadata(topo, collectives=colls, algorithm=algorithm, sizes=grid, dtype=dtype,
                                         root=root, engine=engine, stats=stats, launch=launch, noise=noise,
+                                        matrix=matrix,
                                         given={"topology": topo.name if isinstance(topology, Topology)
                                                else str(topology), "overrides": list(overrides)})
     rows.attrs["skipped"] = list(result.skipped)
@@ -100,15 +106,17 @@ def run_sweep(topology=DEFAULT_PRESET, collective=C.ALL_REDUCE, algorithm: str =
 
 
 def run_tune(topology=DEFAULT_PRESET, collective=C.ALL_REDUCE, sizes=None, *, b=None, e=None, f=None,
-             dtype: str = "float32", engine: str = "analytic", overrides=(), max_memory=None) -> pd.DataFrame:
+             dtype: str = "float32", engine: str = "analytic", overrides=(), max_memory=None,
+             matrix=None) -> pd.DataFrame:
     """`hccl-bench tune` as a function: the fastest algorithm per size range (hcclsim.analysis.tune.size_ranges),
-    over every applicable algorithm; sizes default to b=8, e=1G, f=2 as in the command; max_memory as run_sweep's."""
+    over every applicable algorithm; sizes default to b=8, e=1G, f=2 as in the command; max_memory and matrix
+    as run_sweep's."""
     from .analysis.tune import size_ranges
 
     if sizes is None:
         b, e, f = (8 if b is None else b), ("1G" if e is None else e), (2 if f is None else f)
     rows = run_sweep(topology, collective, LIBRARY, sizes, b=b, e=e, f=f, dtype=dtype, engine=engine,
-                     overrides=overrides, max_memory=max_memory)
+                     overrides=overrides, max_memory=max_memory, matrix=matrix)
     ranges = size_ranges(rows, engine)
     ranges.attrs = dict(rows.attrs)
     return ranges

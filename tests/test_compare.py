@@ -278,7 +278,7 @@ def test_percentile_and_counter_columns_are_checked_and_counters_may_be_empty(ca
 
 def test_every_column_a_sweep_writes_has_a_type():
     noisy = Noise(iters=3)
-    assert set(sweep_columns(stats=True, auto=True, noise=noisy)) == set(results_read.COLUMN_TYPES)
+    assert set(sweep_columns(stats=True, auto=True, noise=noisy, matrix=True)) == set(results_read.COLUMN_TYPES)
 
 
 @pytest.mark.parametrize("text,needle", [

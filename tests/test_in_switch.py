@@ -60,8 +60,15 @@ def test_in_switch_on_a_one_domain_hierarchical_topology(mode):
 
 def test_nvls_is_the_default_mode():
     assert parse_spec("in_switch").options.mode == "nvls"
-    with pytest.raises(ConfigError, match="mode must be one of nvls, push"):
-        parse_spec("in_switch:mode=pull")
+    with pytest.raises(ConfigError, match="mode must be one of nvls, pull, push"):
+        parse_spec("in_switch:mode=fetch")
+
+
+@pytest.mark.parametrize("coll", [C.ALL_REDUCE, C.REDUCE_SCATTER, C.ALL_GATHER])
+def test_pull_is_the_nvls_schedule_under_the_hardware_name(coll):
+    topo = build_flat("s", "switch", 8, 50e9, 500e-9, in_switch_reduce=True)
+    pull, nvls, push = (compile_for(f"in_switch:mode={m}:chunks=2", coll, topo) for m in ("pull", "nvls", "push"))
+    assert np.array_equal(pull.tmpl, nvls.tmpl) and not np.array_equal(pull.tmpl, push.tmpl)
 
 
 def closed_form(coll: str, n: int, size: float, P: int, mode: str) -> float:

@@ -106,7 +106,7 @@ SYMMETRIC_ALGORITHMS = ("ring", "direct", "direct_oneshot", "direct_twoshot", "i
 
 
 def _symmetric_expected(topo, name, coll) -> bool:
-    if coll in (C.BROADCAST, C.REDUCE):
+    if coll in (C.BROADCAST, C.REDUCE, *C.MATRIX_COLLECTIVES):    # a matrix collective: a template per pair
         return False
     family = name.split(":")[0]
     if topo.domains > 1:        # a domain step (rail rings: turning the rail), or a shift within the domains' rows

@@ -45,7 +45,7 @@ def test_json_carries_provenance(capsys, tmp_path):
     [tier] = res["tiers"]
     assert tier["bandwidth_Bps"] == 50e9 and tier["latency_s"] == pytest.approx(500e-9)
     assert tier["packet"] == {"mtu": 4096, "switching": "cut_through", "switch_buffer": 1 << 20,
-                              "switch_latency": 0.0, "reduction_table_entries": 1024,
+                              "switch_latency": 0.0, "reduction_table_entries": 1024, "merge_spread": 0.0,
                               "efficiency": 1.0}   # defaults filled in
     assert res["endpoint"]["message_engines"] == 0 and res["endpoint"]["launch_overhead"] == 0.0
     assert res["endpoint"]["execution"] == "offload" and res["endpoint"]["hidden"] == []

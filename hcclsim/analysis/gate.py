@@ -13,8 +13,9 @@ counted and listed; they fail the gate only when strict.
 
 Bad input (a missing or unreadable file, an unknown format, an unsupported schema version, missing
 key or metric columns, a value that is not what its column holds -- a negative, infinite or NaN time,
-ranks = 8.7, an empty key: hcclsim.results.read --, duplicate keys, no common rows) raises ConfigError:
-exit status 2, never a pass.
+ranks = 8.7, an empty key: hcclsim.results.read --, duplicate keys, no common rows, common all_to_allv rows
+of different traffic matrices -- another --matrix, or one matrix file with other contents --) raises
+ConfigError: exit status 2, never a pass.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import pandas as pd
 from ..core.errors import ConfigError, suggest
 from ..results.provenance import input_differences, read_metadata, shown
 from ..results.read import KEYS, describe, is_log, load_results
+from ..sweeping.sweep import MATRIX
 
 # metric name on the command line -> (column, +1 if a rise is a regression, -1 if a fall is)
 METRICS = {"time": ("time_us", +1), "busbw": ("busbw_GBps", -1)}
@@ -155,6 +157,7 @@ def compare(baseline: pd.DataFrame, current: pd.DataFrame, limits: dict[str, flo
     common = merged[merged["_merge"] == "both"].drop(columns="_merge").reset_index(drop=True)
     only_b = merged.loc[merged["_merge"] == "left_only", KEYS].reset_index(drop=True)
     only_c = merged.loc[merged["_merge"] == "right_only", KEYS].reset_index(drop=True)
+    _same_traffic(common, metadata, labels)
     if common.empty:
         raise ConfigError(f"no common rows: none of {labels[0]}'s {len(baseline)} rows matches one of {labels[1]}'s "
                           f"{len(current)} on ({', '.join(KEYS)}); e.g. {labels[0]} has {describe(baseline.iloc[0])}"
@@ -172,6 +175,23 @@ def compare(baseline: pd.DataFrame, current: pd.DataFrame, limits: dict[str, flo
         improved |= better
     common["status"] = [REGRESSION if r else IMPROVEMENT if i else UNCHANGED for r, i in zip(regressed, improved)]
     return Comparison(common, only_b, only_c, limits, strict, labels, inputs)
+
+
+def _same_traffic(common: pd.DataFrame, metadata: tuple, labels: tuple[str, str]) -> None:
+    """Refuse common rows that timed different traffic: another matrix, or one file's other contents."""
+    if f"{MATRIX}_base" not in common:            # frames made by hand, without the column
+        return
+    other = common[common[f"{MATRIX}_base"] != common[f"{MATRIX}_cur"]]
+    if len(other):
+        r = other.iloc[0]
+        raise ConfigError(f"{describe(r)}: {labels[0]} timed --matrix {r[f'{MATRIX}_base']}, {labels[1]} --matrix "
+                          f"{r[f'{MATRIX}_cur']}: different traffic, not compared; compare runs of one matrix")
+    digests = [(m or {}).get("setup", {}).get("matrix_sha256") for m in metadata]
+    shared = common[common[f"{MATRIX}_base"] != ""]
+    if len(shared) and all(digests) and digests[0] != digests[1]:
+        raise ConfigError(f"{describe(shared.iloc[0])}: --matrix {shared[f'{MATRIX}_base'].iloc[0]} has other "
+                          f"contents in {labels[0]} (sha256 {digests[0][:12]}...) than in {labels[1]} (sha256 "
+                          f"{digests[1][:12]}...): different traffic, not compared; compare runs of one matrix")
 
 
 def compare_files(baseline: str, current: str, limits: dict[str, float] | None = None,

@@ -18,7 +18,7 @@ import pandas as pd
 from ..core.units import format_size
 from ..sweeping.best import best_per_size, relative_margin
 from ..sweeping.library import NCCL_VERSION
-from ..sweeping.sweep import AUTO
+from ..sweeping.sweep import AUTO, MATRIX
 
 TUNE_COLUMNS = ["collective", "min_size_bytes", "max_size_bytes", "algorithm", "protocol", "runner_up", "margin",
                 "points",
@@ -30,7 +30,7 @@ def size_ranges(rows: pd.DataFrame, engine: str | None = None) -> pd.DataFrame:
     fastest algorithm and protocol (as NCCL's tuner picks an (algorithm, protocol) pair) and the same
     library pick, per collective, in size order. Ranges cover exactly the swept sizes; `points` is
     how many swept sizes a range holds. The library columns are '' and NaN where no `auto` row chosen by
-    the library is in the rows."""
+    the library is in the rows. Rows with a matrix column (a sweep of all_to_allv) give the ranges one too."""
     if rows.empty:
         return pd.DataFrame(columns=TUNE_COLUMNS)
     engine = engine if engine is not None else list(dict.fromkeys(rows["engine"]))[-1]
@@ -51,7 +51,11 @@ def size_ranges(rows: pd.DataFrame, engine: str | None = None) -> pd.DataFrame:
                         r["protocol"].iloc[0], runner, margin, len(r), first["topology"], int(first["ranks"]), engine,
                         first["dtype"], r["library_algorithm"].iloc[0], r["library_protocol"].iloc[0],
                         r["library_loss"].max()])
-    return pd.DataFrame(out, columns=TUNE_COLUMNS)
+    ranges = pd.DataFrame(out, columns=TUNE_COLUMNS)
+    if MATRIX in rows:
+        traffic = rows.drop_duplicates("collective").set_index("collective")[MATRIX]
+        ranges[MATRIX] = ranges["collective"].map(traffic).fillna("")
+    return ranges
 
 
 def _with_library(best: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:

@@ -29,6 +29,7 @@ COMMANDS = {
     "import": ("import_", "import_cmd",
                "Convert nccl-tests / rccl-tests output (text or -J JSON) to hccl-bench's results columns."),
     "plot": ("plot", "plot_cmd", "Plot results files (from `sweep -o`: .csv, .json or .parquet) against message size."),
+    "replay": ("replay", "replay_cmd", "Time the collectives of real traces: PyTorch profiler (Kineto), Chakra and PARAM comms traces."),
     "run": ("run", "run_cmd", "Run a study: sweeps, workload replays and overlap sections from a scenario TOML file."),
     "sweep": ("sweep", "sweep_cmd", "Sweep message sizes for collectives and algorithms on one topology."),
     "topologies": ("listing", "topologies_cmd",

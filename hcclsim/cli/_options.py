@@ -55,6 +55,15 @@ def grid_options(minbytes: str, factor: int):
     return decorate
 
 
+def matrix_option(fn):
+    """--matrix FILE|DISTRIBUTION: all_to_allv's traffic matrix (hcclsim.schedule.matrix)."""
+    return click.option(
+        "--matrix", metavar="FILE|DIST", default=None,
+        help="all_to_allv's traffic matrix: a CSV of N lines of N bytes or weights, a NumPy .npy, or uniform, "
+             "zipf:S, hot:R[:F] or dlrm:TABLES, each optionally :seed=K; scaled to every size, a size being what a "
+             "rank sends on average (docs/alltoallv.md). [default: uniform]")(fn)
+
+
 def with_protocol(overrides, protocol) -> list[str]:
     """--set items with --protocol's override last (so it wins)."""
     return [*overrides, *([f"endpoint.protocol={protocol}"] if protocol else [])]

@@ -3,22 +3,25 @@
 from __future__ import annotations
 
 import sys
+from functools import partial
 
 import click
 
 from ..core.errors import ConfigError
-from ..core.names import ALL_REDUCE, COLLECTIVES, FORMATS
-from ._options import grid_options, max_events_option, max_memory_option, with_protocol
+from ..core.names import ALL_REDUCE, ALL_TO_ALLV, COLLECTIVES, FORMATS, MATRIX_COLLECTIVES
+from ._options import grid_options, matrix_option, max_events_option, max_memory_option, with_protocol
 
 
 @click.command("sweep")
 @click.option("-c", "--collective", default=ALL_REDUCE, show_default=True, metavar="NAME[,NAME...]|all",
-              help=f"Collective(s): {', '.join(COLLECTIVES)} (NCCL spellings such as allreduce accepted).")
+              help=f"Collective(s): {', '.join(COLLECTIVES + MATRIX_COLLECTIVES)} (NCCL spellings such as allreduce "
+                   f"accepted; 'all' means the first {len(COLLECTIVES)}).")
 @click.option("-a", "--algorithm", default="all", show_default=True, metavar="NAME[,NAME...]|all",
               help="Algorithm(s), each optionally with options (ring:channels=2). 'all' = every applicable one; "
                    "see `hccl-bench algorithms`.")
 @grid_options(minbytes="16", factor=4)
 @click.option("-r", "--root", default=0, show_default=True, help="Root rank of broadcast and reduce.")
+@matrix_option
 @click.option("--engine", default="analytic", show_default=True, metavar="analytic|packet|analytic,packet",
               help="Timing engine(s): the alpha-beta model, the packet-level simulation, or both side by side.")
 @click.option("--stats", is_flag=True,
@@ -65,9 +68,9 @@ from ._options import grid_options, max_events_option, max_memory_option, with_p
 @click.option("-q", "--quiet", is_flag=True, help="No progress bar and no notes on stderr (errors still print).")
 @max_memory_option
 @max_events_option
-def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, factor, dtype, protocol, root, engine,
-              stats, trace_file, launch, iters, skew, jitter, seed, fmt, output, resume, jobs, executor, scheduler,
-              summary_only, zero_bytes, varies, quiet):
+def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, factor, dtype, protocol, root, matrix,
+              engine, stats, trace_file, launch, iters, skew, jitter, seed, fmt, output, resume, jobs, executor,
+              scheduler, summary_only, zero_bytes, varies, quiet):
     """Sweep message sizes for collectives and algorithms on one topology.
 
     \b
@@ -77,6 +80,7 @@ def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, fa
       hccl-bench sweep -t my_fabric.toml --set latency=1us --format csv > out.csv
       hccl-bench sweep -t dgx-h100 -a ring,in_switch -b 8 -e 1G -f 2 --format nccl-tests > sim.log
       hccl-bench sweep -t mtia300-rack --launch device --iters 100 --skew 2us --jitter 500ns --seed 1
+      hccl-bench sweep -c all_to_allv --matrix zipf:1.2:seed=3 -t two-tier-128 -a direct,hierarchical
     """
     from ..core.units import parse_time
     from ..engine.execution import Noise
@@ -106,14 +110,16 @@ def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, fa
     if trace_file and not trace_file.endswith(".json"):
         raise ConfigError(f"--trace: expected a file ending in .json, got {trace_file!r}")
     given = {"topology": topology, "collective": collective, "overrides": list(overrides), "minbytes": minbytes,
-             "maxbytes": maxbytes, "factor": factor, **({"varied": dict(axes)} if axes else {})}
+             "maxbytes": maxbytes, "factor": factor, **({"varied": dict(axes)} if axes else {}),
+             **({"matrix": matrix} if matrix is not None else {})}
     meta = metadata(topo, collectives=colls, algorithm=algorithm, sizes=sizes, dtype=dtype, root=root, engine=engine,
-                    stats=stats, launch=launch, noise=noise, given=given)
+                    stats=stats, launch=launch, noise=noise, given=given, matrix=matrix)
     results = []
     for combo, one in zip(combos, topos):           # a what-if: one sweep per value, written together at the end
-        result, writer = long_run(sweep, one, colls, algorithm, sizes, dtype=dtype, root=root, engine=engine,
-                                  stats=stats, output=None if axes else output, resume=resume, jobs=jobs, quiet=quiet,
-                                  executor=executor, scheduler=scheduler, launch=launch, noise=noise, meta=meta)
+        result, writer = long_run(partial(sweep, matrix=matrix), one, colls, algorithm, sizes, dtype=dtype, root=root,
+                                  engine=engine, stats=stats, output=None if axes else output, resume=resume,
+                                  jobs=jobs, quiet=quiet, executor=executor, scheduler=scheduler, launch=launch,
+                                  noise=noise, meta=meta)
         results.append(result.with_columns(dict(combo)) if axes else result)
     result = results[0].joined(results[1:]) if axes else result
     note = (lambda text: None) if quiet else (lambda text: click.echo(f"hccl-bench: {text}", err=True))
@@ -125,9 +131,11 @@ def sweep_cmd(collective, algorithm, topology, overrides, minbytes, maxbytes, fa
         write(result.rows, output, meta)
     if trace_file:
         from ..results.trace import write_trace
+        from ..schedule.matrix import parse
 
         first = result.rows.iloc[0]
-        write_trace(trace_file, topo, first.collective, first.algorithm, sizes[-1], dtype, root)
+        traffic = parse(matrix, topo.nranks) if matrix is not None and first.collective == ALL_TO_ALLV else None
+        write_trace(trace_file, topo, first.collective, first.algorithm, sizes[-1], dtype, root, traffic)
         note(f"wrote a packet-engine trace of {first.collective} {first.algorithm} at {sizes[-1]} bytes to "
              f"{trace_file}")
     if fmt == "csv":

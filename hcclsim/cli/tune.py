@@ -7,14 +7,16 @@ import sys
 import click
 
 from ..core.errors import ConfigError
-from ..core.names import ALL_REDUCE, COLLECTIVES, FORMATS
-from ._options import grid_options, max_events_option, max_memory_option, with_protocol
+from ..core.names import ALL_REDUCE, COLLECTIVES, FORMATS, MATRIX_COLLECTIVES
+from ._options import grid_options, matrix_option, max_events_option, max_memory_option, with_protocol
 
 
 @click.command("tune")
 @click.option("-c", "--collective", default=ALL_REDUCE, show_default=True, metavar="NAME[,NAME...]|all",
-              help=f"Collective(s): {', '.join(COLLECTIVES)}.")
+              help=f"Collective(s): {', '.join(COLLECTIVES + MATRIX_COLLECTIVES)} ('all' means the first "
+                   f"{len(COLLECTIVES)}).")
 @grid_options(minbytes="8", factor=2)
+@matrix_option
 @click.option("--engine", default="analytic", show_default=True, metavar="analytic|packet",
               help="The engine whose times decide.")
 @click.option("--format", "fmt", type=click.Choice([*FORMATS, "nccl-tuner"]), default="table", show_default=True,
@@ -23,7 +25,8 @@ from ._options import grid_options, max_events_option, max_memory_option, with_p
               "--format nccl-tuner, the config (any name, e.g. nccl_tuner.conf).")
 @max_memory_option
 @max_events_option
-def tune_cmd(topology, collective, overrides, minbytes, maxbytes, factor, dtype, protocol, engine, fmt, output):
+def tune_cmd(topology, collective, overrides, minbytes, maxbytes, factor, dtype, protocol, matrix, engine, fmt,
+             output):
     """Find the fastest algorithm for each message-size range (every applicable algorithm is swept).
 
     \b
@@ -31,6 +34,7 @@ def tune_cmd(topology, collective, overrides, minbytes, maxbytes, factor, dtype,
       hccl-bench tune
       hccl-bench tune -t two-tier-128 -c all --format csv > tuner.csv
       hccl-bench tune -t dgx-h100 -c all --format nccl-tuner -o nccl_tuner.conf
+      hccl-bench tune -t two-tier-128 -c all_to_allv --matrix zipf:1.2 -b 64K
     """
     from ..analysis.tune import library_notes, size_ranges
     from ..network.config import load_topology
@@ -49,13 +53,13 @@ def tune_cmd(topology, collective, overrides, minbytes, maxbytes, factor, dtype,
     sizes = size_grid(minbytes, maxbytes, factor)
     colls = list(COLLECTIVES) if collective.strip() == "all" else [c for c in collective.split(",") if c.strip()]
     # beside the library's algorithms, auto as NCCL's model picks (library_* columns)
-    result = sweep(selecting(topo), colls, f"{LIBRARY},{AUTO}", sizes, dtype=dtype, engine=engine)
+    result = sweep(selecting(topo), colls, f"{LIBRARY},{AUTO}", sizes, dtype=dtype, engine=engine, matrix=matrix)
     for coll, algo, why in result.skipped:
         click.echo(f"hccl-bench: skipped {algo} for {coll} on {topo.name}: {why}", err=True)
     ranges = size_ranges(result.rows, engine)
     meta = metadata(topo, collectives=colls, algorithm=LIBRARY, sizes=sizes, dtype=dtype, engine=engine,
                     given={"topology": topology, "collective": collective, "overrides": list(overrides),
-                           "minbytes": minbytes, "maxbytes": maxbytes, "factor": factor})
+                           "minbytes": minbytes, "maxbytes": maxbytes, "factor": factor}, matrix=matrix)
     if output and fmt != "nccl-tuner":
         write(ranges, output, meta)
     if fmt == "nccl-tuner":

@@ -107,7 +107,7 @@ class PacketProblem:
         src = self.xt[:, K.X_SRC]
         rel = np.zeros(len(self.xt)) if release_s is None else \
             np.where(src < self.nranks, np.asarray(release_s, np.float64)[np.minimum(src, self.nranks - 1)], 0.0)
-        rel = _ps(rel if avail_s is None else rel + avail_s)
+        rel = _ps(rel if avail_s is None else rel + avail_s) + (0 if self.release_ps is None else self.release_ps)
         jit = np.zeros(len(self.xt), np.int64) if jitter_s is None else _ps(jitter_s)
         extra = int(rel.max(initial=0)) + int(jit.max(initial=0))
         nbuckets = 1 << int(np.ceil(np.log2(((self.max_delay + extra) >> self.wsh) + 3)))
@@ -390,6 +390,8 @@ def prepare(schedule: Schedule, topo: Topology, block_elems: int, dtype_size: in
     wsh = int(np.clip(np.floor(np.log2(max(int(ser_full.min()), 1))), 4, 21))
     max_delay = 2 * int((max_pk * link_ser.max()) >> K.FIX) + int(link_lat.max()) + issue_ps \
         + ((max_pk * reduce_ser) >> K.FIX) + 1
+    release = _spread(ex["src"], src, job_of, jobs, s.nranks, topo)
+    max_delay += int(release.max(initial=0))
     nbuckets = 1 << int(np.ceil(np.log2((max_delay >> wsh) + 3)))
     return PacketProblem(
         xt=xt, path_links=links.astype(np.int64), child_ptr=child_ptr, child_idx=child_idx,
@@ -398,7 +400,20 @@ def prepare(schedule: Schedule, topo: Topology, block_elems: int, dtype_size: in
         job_pk_ptr=np.concatenate([[0], np.cumsum(npk[fan_idx[fan_ptr[:-1]]] if len(jobs) else [])]).astype(np.int64),
         link_ser=link_ser, link_lat=link_lat, link_buf=link_buf.astype(np.int64), link_cut=link_cut,
         node_table=node_table, nranks=n, engines=int(ep.message_engines or (1 << 40)), issue_ps=issue_ps,
-        reduce_ser=reduce_ser, wsh=wsh, nbuckets=nbuckets, explicit=ex, max_delay=max_delay)
+        reduce_ser=reduce_ser, wsh=wsh, nbuckets=nbuckets, explicit=ex, max_delay=max_delay,
+        release_ps=release if release.any() else None)
+
+
+def _spread(rank, src, job_of, jobs, nranks, topo) -> np.ndarray:
+    """Ps before which each transfer issues nothing: schedule rank r's contributions into a reducing
+    switch wait r/(N-1) of the switch tier's merge_spread (thread blocks that reach the same address
+    apart in time; PacketParams.merge_spread), every other transfer 0."""
+    spread = np.array([tr.packet.merge_spread for tr in topo.tiers])[topo.node_tier]
+    out = np.zeros(len(src), np.int64)
+    mine = (job_of >= 0) & (src < topo.nranks)
+    if nranks > 1 and mine.any() and spread.any():
+        out[mine] = _ps(spread[jobs[job_of[mine], 0]] * rank[mine] / (nranks - 1))
+    return out
 
 
 @dataclass
@@ -507,7 +522,9 @@ def _merge(parts: list[PacketProblem]) -> PacketProblem:
         link_ser=first.link_ser, link_lat=first.link_lat, link_buf=first.link_buf, link_cut=first.link_cut,
         node_table=first.node_table, nranks=first.nranks, engines=first.engines, issue_ps=first.issue_ps,
         reduce_ser=first.reduce_ser, wsh=min(p.wsh for p in parts), nbuckets=max(p.nbuckets for p in parts),
-        max_delay=max(p.max_delay for p in parts))
+        max_delay=max(p.max_delay for p in parts),
+        release_ps=None if all(p.release_ps is None for p in parts) else
+        np.concatenate([np.zeros(len(p.xt), np.int64) if p.release_ps is None else p.release_ps for p in parts]))
 
 
 def simulate_concurrent(jobs: list[Job], topo: Topology, budget: int | None = None) -> tuple[list[float], PacketRun]:

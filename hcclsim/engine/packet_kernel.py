@@ -17,10 +17,11 @@ Model (docs/packet.md):
   the next port's buffer (lossless credits: the port waits, head of line, until there is);
 * switches forward cut-through (from the head's arrival) or store-and-forward, after their
   switching latency;
-* in-switch reduction ("jobs"): a contributor reserves an entry of the switch's reduction
-  table for each packet before sending it (waiting while the table is full); when all
-  contributions of a packet are in, the switch multicasts it on every fan-out transfer and
-  frees the entry;
+* in-switch reduction ("jobs"): the switch's merge table holds one entry per packet address being
+  merged (its counter of contributions); the first contributor to send a packet reserves the entry
+  (waiting while the table is full, later contributors find it), and when the last contribution of
+  the packet is in, the switch multicasts it on every fan-out transfer and frees the entry. A job of
+  one contribution and one fan-out only relays (a PUT into a switch that forwards it) and takes no entry;
 * a packet that a rank reduces on arrival queues for the rank's reduction unit.
 
 Two kinds of event skip the calendar when nothing waits for them, which leaves about two queued
@@ -366,8 +367,12 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
                 implicit += 1
                 pk[po + P_NEXT] = free_top
                 free_top = p
-            if hop == 0:   # noqa: SIM102  (the inner test is the hot path's; kept apart for reading)
-                if xs[xo + T_FUSED] == 0:
+            if hop == 0:
+                if xs[xo + T_FUSED] == 1:                           # a job's packet left the switch
+                    xs[xo + T_NEXTPK] += 1
+                    if xs[xo + T_NEXTPK] == xs[xo + T_NPK] and order_ptr[x + 1] > order_ptr[x]:
+                        nheap, bmax = _queue(bk, bc, heap, nheap, csh, cur, wsh, mask, done, (EV_START << IDB) | (x << 1) | 1, bmax)
+                else:
                     xs[xo + T_QUEUED] = 0
                     k = xs[xo + T_NEXTPK]
                     npk = xs[xo + T_NPK]
@@ -405,7 +410,7 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
             if xs[xo + T_QUEUED] != 0 or k >= xs[xo + T_NPK]:
                 continue
             j = xs[xo + T_JOB]
-            if j >= 0:
+            if j >= 0 and (jobs[2 * j + 1] > 1 or job_fan_ptr[j + 1] - job_fan_ptr[j] > 1):   # a relay needs no entry
                 e = job_pk_ptr[j] + k
                 if jk_held[e] == 0:
                     so = U(jobs[2 * j]) << NSH
@@ -461,8 +466,8 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
                 if jk_count[e] == jobs[2 * j + 1]:
                     sw = jobs[2 * j]
                     so = U(sw) << NSH
+                    ns[so + N_USED] -= jk_held[e]                   # a relay held none
                     jk_held[e] = 0
-                    ns[so + N_USED] -= 1
                     for f in range(job_fan_ptr[j], job_fan_ptr[j + 1]):
                         m = job_fan_idx[f]
                         mo = U(m) << TSH
@@ -565,8 +570,8 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
         elif act == A_COMPLETE:
             nwork = _release(child_ptr, child_idx, ident, xs, work, nwork)
             xo = U(ident) << TSH
-            if xs[xo + T_NPK] == 0 or xs[xo + T_PLEN] == 0 or xs[xo + T_FUSED] == 1:
-                nwork = _release(order_ptr, order_idx, ident, xs, work, nwork)   # never 'left' alone: now
+            if xs[xo + T_NPK] == 0 or xs[xo + T_PLEN] == 0:
+                nwork = _release(order_ptr, order_idx, ident, xs, work, nwork)   # never 'left': now
             act = A_NONE
         elif act == A_WAKE_TABLE:                                   # retry in FIFO order
             so = U(ident) << NSH

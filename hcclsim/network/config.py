@@ -39,7 +39,8 @@ from .topology import (
     build_hierarchical,
 )
 
-PACKET_KEYS = {"mtu", "switching", "switch_buffer", "switch_latency", "reduction_table_entries", "efficiency"}
+PACKET_KEYS = {"mtu", "switching", "switch_buffer", "switch_latency", "reduction_table_entries", "merge_spread",
+               "efficiency"}
 ENDPOINT_KEYS = {"message_engines", "issue_overhead", "reduction_bandwidth", "launch_overhead", "graph_generation",
                  "metadata_copy", "subgraph_schedule", "hidden", "execution", "sm_share", "sm_reduction_bandwidth",
                  "protocol", "channels", "algorithms", "in_switch_latency", "in_switch_efficiency",
@@ -328,6 +329,7 @@ def _packet(table: _Table) -> PacketParams:
                         switch_latency=table.get("switch_latency", _time, d.switch_latency),
                         reduction_table_entries=table.get("reduction_table_entries", _int(1),
                                                           d.reduction_table_entries),
+                        merge_spread=table.get("merge_spread", _time, d.merge_spread),
                         efficiency=table.get("efficiency", _fraction(True), d.efficiency))
 
 

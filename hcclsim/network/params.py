@@ -34,6 +34,11 @@ class PacketParams:
     # entries (4 MiB of partial sums at 4 KiB packets), enough not to limit 50-450 GB/s links at
     # microsecond round trips; CAIS studies the sensitivity to this bound.
     reduction_table_entries: int = 1024
+    # How far apart in time the first and the last GPU issue their request for the same address into
+    # this tier's reducing switches (rank r of N issues its contributions r/(N-1) of it late; the
+    # packet engine only). 0: coordinated thread blocks, as CAIS aligns them; neither the CAIS paper
+    # nor NVIDIA gives an uncoordinated figure, so studies sweep it.
+    merge_spread: float = 0.0
     # Fraction of the link's peak bandwidth a collective library actually pushes over it (read by the
     # execution model, not the network): 1 for the ideal link; presets give NCCL's figure (docs/presets.md).
     efficiency: float = 1.0

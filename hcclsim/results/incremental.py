@@ -10,10 +10,14 @@ While rows are appended, the file they go to has a sidecar (``FILE.csv.meta.json
 ``FILE.partial.csv.meta.json``) with the sweep's metadata and ``"in_progress": true``: it is what lets
 `--resume` trust the rows. `--resume` refuses, leaving every file as it is, a file without that record
 (not ours), one whose setup (hcclsim.results.provenance: topology after --set, engines, launch, noise,
-dtype, root, stats) differs from this sweep's -- naming what differs --, a header other than this
-sweep's columns, and any row that is not valid (line named). Its grid (collectives, algorithms,
-sizes) may differ: the file then holds the union. A last line cut short is dropped only in a file
-whose sidecar says it was still being written.
+dtype, root, stats, all_to_allv's --matrix and a matrix file's digest) differs from this sweep's -- naming
+what differs --, a header other than this sweep's columns, and any row that is not valid (line named). Its
+grid (collectives, algorithms, sizes) may differ: the file then holds the union. A last line cut short is
+dropped only in a file whose sidecar says it was still being written.
+
+The matrix column (all_to_allv's traffic) exists only in files that hold all_to_allv rows, and not in
+those written before it existed: rows are appended in the layout the file has, and the final file gets the
+column when any row has it ('uniform' for an older file's all_to_allv rows, which had no --matrix to resume).
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ import pandas as pd
 from ..core.errors import ConfigError
 from ..core.units import DTYPE_SIZE
 from ..schedule import collectives as C
-from ..sweeping.sweep import ROW_KEY
+from ..schedule import matrix as M
+from ..sweeping.sweep import MATRIX, ROW_KEY
 from .provenance import (
     input_differences,
     json_rows,
@@ -57,13 +62,14 @@ def _csv(df: pd.DataFrame, header: bool) -> str:
 
 # ------------------------------------------------------------------------------------ --resume
 
-def load_previous(path: str, meta: dict, columns: list[str]) -> tuple[pd.DataFrame | None, dict, int]:
+def load_previous(path: str, meta: dict, columns: list[str]) -> tuple[pd.DataFrame | None, dict, int, list | None]:
     """(the rows already made for path -- None when there are none --, the metadata of the file that
-    will hold them and this sweep's, the bytes of the appended file to keep). Refuses what it cannot
-    trust (module docstring) before anything is written."""
+    will hold them and this sweep's, the bytes of the appended file to keep, that file's columns -- None when
+    it has no rows yet). Refuses what it cannot trust (module docstring) before anything is written."""
     where = f"--resume: {path!r}"
+    columns = [c for c in columns if c != MATRIX]
     final, partial = Path(path), Path(path if output_format(path) == ".csv" else sidecar(path))
-    parts, keep = [], 0                        # (rows, their labels, the metadata of their file)
+    parts, keep, layout = [], 0, None          # (rows, their labels, the metadata of their file)
     if final != partial and _nonempty(final, where):
         frame, file_meta = _read_final(final, where)
         _same_setup(file_meta, meta, path)
@@ -72,6 +78,7 @@ def load_previous(path: str, meta: dict, columns: list[str]) -> tuple[pd.DataFra
         file_meta = _recorded(read_metadata(partial, f"--resume: {str(partial)!r}"), str(partial))
         _same_setup(file_meta, meta, str(partial))
         frame, keep = _read_appended(partial, file_meta, columns)
+        layout = list(frame.columns) or None
         parts.append((frame, [f"--resume: {str(partial)!r} line {i + 2}" for i in range(len(frame))], file_meta, True))
     metas = [file_meta for _, _, file_meta, _ in parts]
     for file_meta in metas:
@@ -79,7 +86,7 @@ def load_previous(path: str, meta: dict, columns: list[str]) -> tuple[pd.DataFra
     parts = [(_typed(frame, labels, file_meta, columns, text), labels) for frame, labels, file_meta, text in parts
              if not frame.empty]
     if not parts:
-        return None, meta, keep
+        return None, meta, keep, layout
     if len(parts) == 2:                       # a crash between writing FILE and deleting FILE.partial.csv
         done = set(zip(*(parts[0][0][k] for k in ROW_KEY)))
         fresh = [k not in done for k in zip(*(parts[1][0][k] for k in ROW_KEY))]
@@ -87,7 +94,7 @@ def load_previous(path: str, meta: dict, columns: list[str]) -> tuple[pd.DataFra
     rows = pd.concat([f for f, _ in parts], ignore_index=True)
     grid = metas[0] if len(metas) == 1 else merged(metas[0], metas[1])
     _check_points(rows, [lab for _, labels in parts for lab in labels], grid)
-    return rows, meta, keep
+    return rows, meta, keep, layout
 
 
 def _nonempty(p: Path, where: str) -> bool:
@@ -126,6 +133,9 @@ def _recorded(meta: dict | None, name: str) -> dict:
     if not ok:
         raise ConfigError(f"{where}: its metadata does not record the sweep's setup (written by an older "
                           f"hccl-bench, or edited): not resumed; {LEFT}")
+    if "matrix" in inputs and "matrix" not in meta["setup"]:
+        raise ConfigError(f"{where}: made with --matrix {inputs['matrix']} by an older hccl-bench, whose setup does "
+                          f"not record the matrix: not resumed; {LEFT}")
     return meta
 
 
@@ -138,10 +148,22 @@ def _same_setup(previous: dict, meta: dict, name: str) -> None:
                               f"not resumed; {LEFT}")
         return
     (first, theirs, ours), rest = differ[0], [k for k, _, _ in differ[1:]]
+    if first in ("matrix", "matrix_sha256"):
+        raise ConfigError(f"--resume: {name!r} was made with {_matrix(previous['setup'])}, this sweep has "
+                          f"{_matrix(meta['setup'])}: other traffic; resume with the same --matrix, or write to "
+                          f"another file")
     more = f" ({len(rest)} more input{'s' * (len(rest) > 1)} differ{'s' * (len(rest) == 1)}: " \
            f"{', '.join(rest[:3])}{', ...' if len(rest) > 3 else ''})" if rest else ""
     raise ConfigError(f"--resume: {name!r} was made with {first}={shown(theirs)}, this sweep "
                       f"has {first}={shown(ours)}{more}; resume with the same inputs, or write to another file")
+
+
+def _matrix(setup: dict) -> str:
+    """A setup's all_to_allv traffic as an error shows it."""
+    if "matrix" not in setup:
+        return "no --matrix (uniform)"
+    digest = setup.get("matrix_sha256")
+    return f"--matrix {setup['matrix']}" + (f" (contents sha256 {digest[:12]}...)" if digest else "")
 
 
 def _read_appended(p: Path, meta: dict, columns: list[str]) -> tuple[pd.DataFrame, int]:
@@ -165,7 +187,7 @@ def _read_appended(p: Path, meta: dict, columns: list[str]) -> tuple[pd.DataFram
     if not text:
         return pd.DataFrame(), keep
     header = text[:text.index("\n")]
-    if header != ",".join(columns):
+    if header not in (",".join(columns), ",".join([*columns, MATRIX])):
         raise ConfigError(f"{where} has columns {header} but this sweep writes {','.join(columns)} (same --stats, "
                           f"-a auto and --iters/--skew/--jitter as the first run?); {LEFT}")
     try:
@@ -180,7 +202,7 @@ def _typed(rows: pd.DataFrame, labels: list[str], meta: dict, columns: list[str]
     # imported here: a sweep that resumes nothing never loads the readers
     from .read import COLUMN_TYPES, parse_column
 
-    if list(rows.columns) != columns:
+    if list(rows.columns) not in (columns, [*columns, MATRIX]):
         raise ConfigError(f"{labels[0].rsplit(' ', 2)[0]} has columns {','.join(map(str, rows.columns))} but this "
                           f"sweep writes {','.join(columns)} (same --stats, -a auto and --iters/--skew/--jitter as "
                           f"the first run?); {LEFT}")
@@ -193,7 +215,7 @@ def _typed(rows: pd.DataFrame, labels: list[str], meta: dict, columns: list[str]
 
     setup, topology = meta["setup"], meta["topology"]
     out = {}
-    for col in columns:                        # every column a sweep writes has a type (tests/test_compare.py)
+    for col in rows.columns:                   # every column a sweep writes has a type (tests/test_compare.py)
         kind = COLUMN_TYPES[col]
         values, bad = parse_column(rows[col].astype(object).reset_index(drop=True), kind, text)
         refuse(bad, col, kind.expected)
@@ -207,7 +229,14 @@ def _typed(rows: pd.DataFrame, labels: list[str], meta: dict, columns: list[str]
     rooted = out["collective"].isin([C.BROADCAST, C.REDUCE]).to_numpy()
     refuse(out["root"].to_numpy() != np.where(rooted, setup["root"], -1), "root",
            f"{setup['root']} for broadcast and reduce, -1 otherwise")
-    return pd.DataFrame(out)[columns]
+    matrix = (out["collective"] == C.ALL_TO_ALLV).to_numpy()
+    if MATRIX in out:
+        given = setup.get("matrix", "uniform")
+        refuse(out[MATRIX].to_numpy() != np.where(matrix, given, ""), MATRIX,
+               f"{given!r} for all_to_allv (the file's --matrix), empty otherwise")
+    elif matrix.any():                          # a file from before the column: its all_to_allv was uniform
+        out[MATRIX] = pd.Series(np.where(matrix, setup.get("matrix", "uniform"), ""))
+    return pd.DataFrame(out)[[*columns, *([MATRIX] if MATRIX in out else [])]]
 
 
 def _check_points(rows: pd.DataFrame, labels: list[str], meta: dict) -> None:
@@ -215,8 +244,9 @@ def _check_points(rows: pd.DataFrame, labels: list[str], meta: dict) -> None:
     the same size_bytes (AllGather of 16 B on 8 ranks: 0 B) give identical rows, one per requested size."""
     setup, ranks = meta["setup"], meta["topology"]["resolved"]["ranks"]
     ws = DTYPE_SIZE[setup["dtype"]]
-    asked = Counter((c, C.sizing(c, s, ws, ranks).size_bytes) for c in meta["inputs"]["collectives"]
-                    for s in meta["inputs"]["sizes"])
+    traffic = M.parse(setup["matrix"], ranks, "--resume: --matrix") if "matrix" in setup else None
+    asked = Counter((c, C.sizing(c, s, ws, ranks, traffic if c == C.ALL_TO_ALLV else None).size_bytes)
+                    for c in meta["inputs"]["collectives"] for s in meta["inputs"]["sizes"])
     seen = rows.groupby(ROW_KEY, sort=False).cumcount().to_numpy() + 1
     differs = (rows.duplicated(ROW_KEY) & ~rows.duplicated()).to_numpy()
     for i, (coll, algo, engine, size) in enumerate(zip(*(rows[k] for k in ROW_KEY))):
@@ -246,7 +276,8 @@ class RowWriter:
         self.suffix = output_format(path)
         self.target = path if self.suffix == ".csv" else sidecar(path)
         self.rows = 0
-        self.previous, self.meta, keep = load_previous(path, meta, columns) if resume else (None, meta, 0)
+        self.previous, self.meta, keep, self.layout = load_previous(path, meta, columns) if resume else \
+            (None, meta, 0, None)
         try:
             self.fd = os.open(self.target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o666)
             os.ftruncate(self.fd, keep)            # before the sidecar says whose rows these are
@@ -256,6 +287,8 @@ class RowWriter:
         self.size = keep
 
     def __call__(self, frame: pd.DataFrame) -> None:
+        if self.layout:                                # a resumed file's columns, with or without MATRIX
+            frame = frame.reindex(columns=self.layout, fill_value="")
         data = _csv(frame, self.size == 0).encode()
         view = memoryview(data)
         try:
@@ -276,6 +309,8 @@ class RowWriter:
     def finish(self, rows: pd.DataFrame) -> None:
         """Close, write the final file (all rows, in order, with self.meta), and drop the partial file."""
         self.close()
+        if MATRIX in rows:                             # a resumed file's rows without it: not all_to_allv
+            rows = rows.assign(**{MATRIX: rows[MATRIX].fillna("")})
         write(rows, self.path, self.meta)
         if self.target != self.path:
             for p in (Path(self.target), sidecar_path(self.target)):

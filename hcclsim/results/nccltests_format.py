@@ -27,8 +27,9 @@ from ..schedule import collectives as C
 from .nccl_tuner import NCCL_NAMES, PROTOCOLS
 
 PROGRAMS = {C.ALL_REDUCE: "all_reduce_perf", C.ALL_GATHER: "all_gather_perf", C.REDUCE_SCATTER: "reduce_scatter_perf",
-            C.ALL_TO_ALL: "alltoall_perf", C.BROADCAST: "broadcast_perf", C.REDUCE: "reduce_perf"}
-PER_RANK_COUNT = (C.ALL_GATHER, C.REDUCE_SCATTER, C.ALL_TO_ALL)      # count is per rank (getCollByteCount)
+            C.ALL_TO_ALL: "alltoall_perf", C.BROADCAST: "broadcast_perf", C.REDUCE: "reduce_perf",
+            C.ALL_TO_ALLV: "alltoallv_perf", C.SEND_RECV: "sendrecv_perf", C.PP_RING: "sendrecv_perf"}
+PER_RANK_COUNT = (C.ALL_GATHER, C.REDUCE_SCATTER, C.ALL_TO_ALL, C.ALL_TO_ALLV)   # count is per rank (getCollByteCount)
 REDUCING = (C.ALL_REDUCE, C.REDUCE_SCATTER, C.REDUCE)                 # redop sum; the others print none
 TYPES = {"float32": "float", "float16": "half", "float64": "double", "float8_e4m3": "f8e4m3",
          "float8_e5m2": "f8e5m2"}                                     # common.cu test_typenames; others as named

@@ -15,7 +15,9 @@ A results file is trusted later only if it says what made it. ``metadata`` retur
     inputs_sha256       sha256 of the canonical JSON of {topology, canonical inputs}: equal inputs give
                         equal hashes whatever the flags' spelling or the hccl-bench version
     setup               what every row of the file shares, so what `--resume` must find unchanged: engines,
-                        launch, noise (iters, skew, jitter, seed), dtype, root, stats
+                        launch, noise (iters, skew, jitter, seed), dtype, root, stats, and with --matrix
+                        all_to_allv's traffic: matrix (the value as given) and, for a file, matrix_sha256
+                        (of its bytes: a changed file is other traffic)
     setup_sha256        sha256 of the canonical JSON of {topology, setup}: the inputs without the grid
                         (collectives, algorithms, sizes), which a resumed sweep may extend (merged())
 
@@ -40,7 +42,8 @@ from .safefile import replace_text
 SCHEMA_VERSION = 1               # CSV and Parquet: the layout has not changed since the first one
 JSON_SCHEMA_VERSION = 2          # JSON: a list of row objects; version 1 was an object embedding the metadata
 SIDECAR_SUFFIX = ".meta.json"
-CANONICAL_INPUTS = ("collectives", "algorithm", "sizes", "dtype", "root", "engines", "stats")
+CANONICAL_INPUTS = ("collectives", "algorithm", "sizes", "dtype", "root", "engines", "stats", "matrix",
+                    "matrix_sha256")
 
 
 @functools.lru_cache(maxsize=1)
@@ -93,12 +96,31 @@ def inputs_hash(topology: dict, canonical_inputs: dict) -> str:
     return hashlib.sha256(canonical_json({"topology": topology, "inputs": canonical_inputs}).encode()).hexdigest()
 
 
+def matrix_setup(matrix) -> dict:
+    """{"matrix": the --matrix value as given, "matrix_sha256": a file's bytes' digest}; {} without one. A
+    Traffic (the Python API) is recorded by its label and the digest of its units."""
+    from ..schedule import matrix as M
+
+    if matrix is None:
+        return {}
+    if isinstance(matrix, M.Traffic):
+        return {"matrix": matrix.label, "matrix_sha256": hashlib.sha256(matrix.units.tobytes()).hexdigest()}
+    spec = str(matrix).strip()
+    if spec.split(":")[0] in {d.split(":")[0] for d in M.DISTRIBUTIONS} or not Path(spec).is_file():
+        return {"matrix": spec}
+    try:
+        digest = hashlib.sha256(Path(spec).read_bytes()).hexdigest()
+    except OSError as e:
+        raise ConfigError(f"--matrix {spec}: cannot read ({e.strerror or e})") from None
+    return {"matrix": spec, "matrix_sha256": digest}
+
+
 def metadata(topo, *, collectives, algorithm: str, sizes, dtype: str = "float32", root: int = 0,
              engine="analytic", stats: bool = False, given: dict | None = None, launch: str = "host",
-             noise=None) -> dict:
+             noise=None, matrix=None) -> dict:
     """Everything a results file says about how it was made (module docstring). given: the flags as
     typed (kept for people; not hashed). launch and noise (hcclsim.engine.execution.Noise) are hashed when they
-    differ from the defaults (host launch, one quiet iteration)."""
+    differ from the defaults (host launch, one quiet iteration); matrix (all_to_allv's --matrix) when given."""
     from ..core.units import parse_dtype
     from ..schedule import collectives as C
     from ..sweeping.sweep import parse_engines
@@ -116,7 +138,9 @@ def metadata(topo, *, collectives, algorithm: str, sizes, dtype: str = "float32"
     iters, skew, jitter, seed = (1, 0.0, 0.0, 0) if noise is None else \
         (noise.iters, noise.skew, noise.jitter, noise.seed)
     setup = {"engines": canonical["engines"], "launch": launch, "dtype": canonical["dtype"], "root": int(root),
-             "stats": bool(stats), "noise": {"iters": iters, "skew_s": skew, "jitter_s": jitter, "seed": seed}}
+             "stats": bool(stats), "noise": {"iters": iters, "skew_s": skew, "jitter_s": jitter, "seed": seed},
+             **matrix_setup(matrix)}
+    canonical.update({k: setup[k] for k in ("matrix", "matrix_sha256") if k in setup})
     topology = resolved_topology(topo)
     meta = {"schema_version": SCHEMA_VERSION, "hccl_bench_version": __version__}
     rev = git_revision()

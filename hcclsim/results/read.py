@@ -6,7 +6,8 @@ with what was expected. Times and bandwidths are finite and >= 0; ranks, sizes, 
 whole numbers below 2**53 -- 8, "8", 8.0 and "8.0" alike (JSON does not tell integers from floats, RFC 8259 section 6;
 pandas writes 8.0 when a column also held an empty value), but not 8.7, true or the JSON string "8";
 names are non-empty strings. Metadata is typed too (schema_version an integer, not true). Columns this
-reader does not know are not read.
+reader does not know are not read. The frame also names each row's traffic (MATRIX: all_to_allv's --matrix,
+'uniform' for a file without the column, empty for the other collectives), which compare matches.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import pandas as pd
 
 from ..core.errors import ConfigError
 from ..engine.execution import PERCENTILE_COLUMNS
-from ..sweeping.sweep import STAT_COLUMNS
+from ..schedule.collectives import ALL_TO_ALLV
+from ..sweeping.sweep import MATRIX, STAT_COLUMNS
 from .nccltests import is_log, log_table
 from .provenance import json_rows, read_sidecar, sidecar_where
 
@@ -36,30 +38,31 @@ _HEX = {"git_revision": 40}      # metadata ids: field -> hex digits; *_sha256 f
 
 @dataclass(frozen=True)
 class Kind:
-    """What a column holds: 'name' (a non-empty string), 'whole' (an integer >= low), 'measure' (a finite
-    number >= 0) or 'counter' (a measure, or empty: --stats counters are empty for the analytic engine)."""
+    """What a column holds: 'name' (a non-empty string), 'text' (a string, maybe empty), 'whole' (an integer
+    >= low), 'measure' (a finite number >= 0) or 'counter' (a measure, or empty: --stats counters are empty for
+    the analytic engine)."""
 
     kind: str
     low: int = 0
 
     @property
     def expected(self) -> str:
-        return {"name": "a non-empty string", "whole": f"a whole number >= {self.low} and < 2**53",
+        return {"name": "a non-empty string", "text": "a string", "whole": f"a whole number >= {self.low} and < 2**53",
                 "measure": "a finite number >= 0", "counter": "a finite number >= 0 or nothing"}[self.kind]
 
 
-NAME, MEASURE, COUNTER = Kind("name"), Kind("measure"), Kind("counter")
+NAME, TEXT, MEASURE, COUNTER = Kind("name"), Kind("text"), Kind("measure"), Kind("counter")
 COLUMN_TYPES = {
     "collective": NAME, "algorithm": NAME, "topology": NAME, "ranks": Kind("whole", 1), "engine": NAME,
     "size_bytes": Kind("whole", 0), "count": Kind("whole", 0), "dtype": NAME, "root": Kind("whole", -1),
     "time_us": MEASURE, "algbw_GBps": MEASURE, "busbw_GBps": MEASURE, "protocol": NAME,
     **{c: MEASURE for c in PERCENTILE_COLUMNS}, **{c: COUNTER for c in STAT_COLUMNS}, "chosen": NAME,
-    "chosen_by": NAME,
+    "chosen_by": NAME, MATRIX: TEXT,
 }
 
 
 def load_results(path: str, label: str = "results") -> pd.DataFrame:
-    """KEYS and METRIC_COLUMNS of a results file, every known column checked; label ('BASELINE')
+    """KEYS, METRIC_COLUMNS and MATRIX of a results file, every known column checked; label ('BASELINE')
     prefixes errors. Identical repeated rows count once; keys repeated with different numbers are refused."""
     where = f"{label} {path!r}"
     p = Path(path)
@@ -177,7 +180,9 @@ def _typed(columns: list[str], rows: list, text: bool, locate: Callable[[int, st
             i = int(bad.argmax())
             raise ConfigError(f"{where}: {locate(i, col)}: expected {kind.expected}, got {_show(raw[i], text)}")
         out[col] = values
-    return pd.DataFrame({c: out[c] for c in needed})
+    frame = pd.DataFrame({c: out[c] for c in needed})
+    old = np.where(frame.collective == ALL_TO_ALLV, "uniform", "")       # a file from before the column
+    return frame.assign(**{MATRIX: out.get(MATRIX, old)})
 
 
 def parse_column(raw: pd.Series, kind: Kind, text: bool) -> tuple[pd.Series, np.ndarray]:
@@ -189,6 +194,8 @@ def parse_column(raw: pd.Series, kind: Kind, text: bool) -> tuple[pd.Series, np.
     filled[strings] = raw[strings].str.strip().ne("").to_numpy(bool)
     if kind is NAME:
         return raw, ~filled
+    if kind is TEXT:
+        return raw, ~strings
     numeric = raw if text else raw.where(types.isin([int, float]))     # type(True) is bool, not int
     with np.errstate(invalid="ignore"):
         try:

@@ -79,17 +79,18 @@ def chrome_events(run: packet.PacketRun, topo: Topology, schedule) -> list[dict]
 
 
 def write_trace(path: str, topo: Topology, collective: str, algorithm: str, size: int, dtype: str,
-                root: int = 0) -> None:
-    """Simulate one point with the packet engine and write its trace as Chrome trace-event JSON."""
+                root: int = 0, traffic=None) -> None:
+    """Simulate one point with the packet engine and write its trace as Chrome trace-event JSON. traffic:
+    all_to_allv's matrix (hcclsim.schedule.matrix.Traffic; None: uniform)."""
     algo = parse_spec(algorithm)
     problem = Problem(collective, topo, root)
     ws = DTYPE_SIZE[dtype]
-    sz = C.sizing(collective, size, ws, topo.nranks)
+    sz = C.sizing(collective, size, ws, topo.nranks, traffic)
     schedule = algo.compile(problem, algo.structure_key(problem, sz, ws))
     run = packet.simulate(packet.prepare(schedule, topo, sz.block_elems, ws), want_trace=True)
     doc = {"displayTimeUnit": "ns", "traceEvents": chrome_events(run, topo, schedule),
            "otherData": {"collective": collective, "algorithm": algorithm, "topology": topo.name,
-                         "size_bytes": sz.size_bytes, "time_us": run.time * 1e6, **run.stats}}
+                         "size_bytes": sz.size_bytes, **({"matrix": traffic.label} if traffic else {}), "time_us": run.time * 1e6, **run.stats}}
     try:
         replace_text(path, json.dumps(doc) + "\n")
     except OSError as e:

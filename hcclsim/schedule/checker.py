@@ -46,9 +46,13 @@ def _orders(ex: dict, seeds: int):
 
 
 def check(schedule: Schedule, count_per_block: int, seed: int = 0, orders: int = 3) -> None:
-    """Raise ScheduleError unless the schedule computes its collective for this block size (in elements)."""
+    """Raise ScheduleError unless the schedule computes its collective for this block size (in elements; a
+    matrix collective's: per unit of the traffic its schedule carries in notes["traffic"])."""
     s = schedule
     n, lay = s.nranks, s.layout
+    if s.collective in C.MATRIX_COLLECTIVES and "traffic" not in s.notes:
+        raise ScheduleError(f"{s.algorithm}: a {s.collective} schedule carries its traffic matrix in "
+                            f"notes['traffic'] (hcclsim.schedule.matrix.Traffic); this one does not")
     ex = expand(s)
     off = lay.offsets(count_per_block)
     M = lay.nchunks
@@ -63,7 +67,8 @@ def check(schedule: Schedule, count_per_block: int, seed: int = 0, orders: int =
             raise ScheduleError(f"{s.algorithm}: a transfer's {name} range leaves the {M} chunks")
     for k, order in enumerate(_orders(ex, orders)):
         rng = np.random.default_rng(seed)
-        values, inb, out, tmp = C.initial_buffers(s.collective, n, s.nnodes, lay, count_per_block, s.root, rng)
+        values, inb, out, tmp = C.initial_buffers(s.collective, n, s.nnodes, lay, count_per_block, s.root, rng,
+                                                  s.notes.get("traffic"))
         bufs = (inb, out, tmp)
         for x in order:
             tt = t[x]
@@ -81,10 +86,11 @@ def check(schedule: Schedule, count_per_block: int, seed: int = 0, orders: int =
                     db[dn, d0:d1] += sb[sn, s0:s1]
                 else:
                     db[dn, d0:d1] = sb[sn, s0:s1]
-        bad = C.check_result(s.collective, n, lay, count_per_block, s.root, values, out)
+        bad = C.check_result(s.collective, n, lay, count_per_block, s.root, values, out, s.notes.get("traffic"))
         if bad:
             which = ["emitted", "mirrored"][k] if k < 2 else f"random #{k - 1}"
-            where = f"{s.algorithm} {s.collective} on {n} ranks, {count_per_block} elements per block"
+            per = "unit" if s.collective in C.MATRIX_COLLECTIVES else "block"
+            where = f"{s.algorithm} {s.collective} on {n} ranks, {count_per_block} elements per {per}"
             if k == 0:
                 raise ScheduleError(f"{where}, emitted order: {bad}")
             raise ScheduleError(f"{where}: the result depends on the execution order (a race between transfers "

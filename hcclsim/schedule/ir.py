@@ -118,7 +118,9 @@ def rot(j_coef: int, offset: int, mod: int, weight: int = 1, base: int = 0,
 
 @dataclass(frozen=True)
 class Layout:
-    """How a buffer is cut into chunks: nblocks blocks (1, or one per rank) of k chunks each."""
+    """How a buffer is cut into chunks: nblocks blocks of k chunks each. The blocks are 1, one per rank
+    (AllGather, ReduceScatter, AllToAll), or for a matrix collective one per unit a rank's buffer holds
+    (Layout(M, 1): a chunk is a unit of its traffic, docs/alltoallv.md)."""
 
     nblocks: int
     k: int

@@ -1,11 +1,14 @@
 """Values of a scenario file shared by every kind of section (hcclsim.studies.scenario and the workload
-sections): whole numbers, `vary` tables, and a varied value as a --set literal or a table column."""
+sections): whole numbers, `vary` tables, a varied value as a --set literal or a table column, and a traffic
+matrix."""
 
 from __future__ import annotations
 
 import json
 
 from ..core.errors import ConfigError
+from ..core.names import ALL_TO_ALLV, PP_RING, SEND_RECV
+from ..schedule import matrix as M
 
 
 def whole_number(lo):
@@ -48,3 +51,18 @@ def parse_vary(v, where) -> list:
             raise ConfigError(f"{where}.{key}: a value is listed twice in {values!r}")
         out.append((key, list(values)))
     return out
+
+
+def parse_matrix(v, where: str, collectives: list[str], topologies) -> str:
+    """A `matrix` key: all_to_allv's traffic as --matrix takes it (a .csv or .npy file, or a distribution),
+    read against every topology of the section now, so a bad file or rank count is refused on load."""
+    if not isinstance(v, str) or not v.strip():
+        raise ConfigError(f'{where}: expected a --matrix value such as "zipf:1.2" or "traffic.csv", got {v!r}')
+    if ALL_TO_ALLV not in collectives:
+        raise ConfigError(f"{where}: sets all_to_allv's traffic; the collectives are {', '.join(collectives)}")
+    if {SEND_RECV, PP_RING} & set(collectives):
+        raise ConfigError(f"{where}: sets all_to_allv's traffic, and send_recv and pp_ring keep their own pattern; "
+                          f"give them their own section without matrix")
+    for topo in topologies:
+        M.parse(v, topo.nranks, where)
+    return v.strip()

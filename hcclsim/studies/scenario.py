@@ -32,14 +32,14 @@ from ..network.config import DEFAULT_PRESET, find_toml, load_topology, read_toml
 from ..schedule import collectives as C
 from ..schedule.algorithm import parse_spec
 from ..sweeping.sweep import parse_engines, size_grid, split_auto
-from .fields import column_value, parse_vary, toml_literal, whole_number
+from .fields import column_value, parse_matrix, parse_vary, toml_literal, whole_number
 
 KINDS = ("sweep", "replay", "workload")
 HEADER_KEYS = {"title", "reproduces", "doc", "description"}
 COMMON_KEYS = {"name", "description", "topology", "set", "vary", "engine", "launch", "iters", "skew", "jitter",
                "seed", "dtype"}
 SWEEP_KEYS = COMMON_KEYS | {"collective", "collectives", "algorithm", "algorithms", "sizes", "b", "e", "f", "root",
-                            "plot"}
+                            "plot", "matrix"}
 REPLAY_KEYS = COMMON_KEYS | {"algorithm", "algorithms", "ops"}
 OP_KEYS = {"collective", "size", "count", "label", "dtype"}
 PLOT_KEYS = {"metric", "collectives", "algorithms"}
@@ -235,6 +235,9 @@ def _sweep_spec(table: dict, where: str) -> dict:
         if spec["root"] >= topo.nranks:
             raise ConfigError(f"{where}: root: expected a rank in 0..{topo.nranks - 1}, got {spec['root']}")
     spec["plot"] = _plot(table["plot"], spec, f"{where}: plot") if "plot" in table else None
+    if "matrix" in table:                      # passed to run_sweep with the execution keys
+        spec["extra"]["matrix"] = parse_matrix(table["matrix"], f"{where}: matrix", spec["collectives"],
+                                               spec["topologies"])
     return spec
 
 

@@ -22,6 +22,8 @@ import dataclasses
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..core import budget
 from ..core.units import DTYPE_SIZE
 from ..engine import packet
@@ -142,15 +144,55 @@ def _hierarchical(algo, problem, key) -> Dims:
                 4 * t * n + 3 * first * n * end + rooted + out * n * (D + 2), L * D * K)
 
 
+def _striped(algo, problem, key) -> Dims:
+    """Per step (AllReduce two): N-1 scale-up PUTs unless every chunk goes out (m = K), and unless none does
+    (m = 0) N-1 rounds of a PUT into the leaf and its send on; a later step opens with a wait on the
+    previous step's arrivals, on which its PUTs and first round depend. A round depends on the previous
+    one's PUT (and, for a ReduceScatter's pieces, on the send lag(m) rounds before); a send on its PUT.
+    Every template is one per rank and every dependency the same rank's (DEP_SHIFT)."""
+    from ..algorithms import striped
+
+    n, m = problem.nranks, int(key)
+    up, rounds = (n - 1) * (m < striped.K), (n - 1) * (m > 0)
+    t = tdeps = 0
+    for s, step in enumerate(striped._steps(problem.collective)):
+        waits = int(s > 0)
+        t += waits + up + 2 * rounds
+        tdeps += waits * (up + rounds) + waits * up
+        if rounds:
+            later = max(0, n - 1 - striped.lag(m)) if step.by_dst else 0
+            tdeps += waits + (n - 2) + later + (n - 1)
+    return Dims(t, tdeps, t * n, tdeps * n, n * striped.K)
+
+
+def _matrix(algo, problem, key) -> Dims:
+    """A matrix collective (key: its traffic): direct one PUT per pair; hierarchical also one PUT per rail pair
+    (d, l) -> (d', l) with something staged, fed by the pairs staged for it (and, pairwise, the previous)."""
+    units, L = key.units, problem.topology.local
+    n = len(units)
+    pairs = (units > 0) & ~np.eye(n, dtype=bool)
+    npairs = int(pairs.sum())
+    if algo.name != "hierarchical":
+        return Dims(npairs, 0, npairs, 0, key.chunks)
+    i, j = np.nonzero(pairs & (np.arange(n)[:, None] // L != np.arange(n)[None, :] // L))
+    via = i // L * L + j % L
+    sends = len(set(zip(via, j // L)))
+    deps = len(i) + (sends - len(set(via)) if algo.options.inter == "ring" else 0)
+    staged = int(np.bincount(via, units[i, j], n).max()) if len(i) else 0
+    return Dims(npairs + sends, deps, npairs + sends, deps, max(key.chunks, staged))
+
+
 RULES = {"ring": _ring, "direct": _direct, "direct_oneshot": _direct, "direct_twoshot": _direct,
          "halving_doubling": _halving_doubling, "tree": _tree, "in_switch": _in_switch,
-         "hierarchical": _hierarchical}
+         "hierarchical": _hierarchical, "striped": _striped}
 
 
 def dims(algo, problem, key) -> Dims | None:
     """The schedule's dimensions from the algorithm's rule, before compiling; None for an algorithm
     without one (a plug-in: checked once compiled)."""
     rule = RULES.get(algo.name)
+    if rule and problem.collective in C.MATRIX_COLLECTIVES:
+        return _matrix(algo, problem, key)
     return rule(algo, problem, key) if rule else None
 
 
@@ -266,7 +308,7 @@ def check_units(ctx, units, candidates) -> None:
         problem = Problem(unit.collective, ctx.topology, ctx.root)
         auto = isinstance(unit.algorithm, str)
         for algo in candidates(unit.collective) if auto else [unit.algorithm]:
-            sizings = [C.sizing(unit.collective, s, ws, ctx.topology.nranks) for s in unit.sizes]
+            sizings = [C.sizing(unit.collective, s, ws, ctx.topology.nranks, ctx.traffic) for s in unit.sizes]
             keys = [algo.structure_key(problem, sz, ws) for sz in sizings]
             engines = tuple(dict.fromkeys(("analytic", *unit.engines))) if auto else unit.engines
             check_point(algo, problem, sizings, keys, engines, ctx.noise)

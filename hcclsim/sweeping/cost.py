@@ -104,7 +104,7 @@ def split(ctx, unit, schedules: dict, candidates) -> list:
         runs = ctx.noise.iters if ctx.noise.active else 1
         out = []
         for s in unit.sizes:
-            sz = C.sizing(unit.collective, s, ws, ctx.topology.nranks)
+            sz = C.sizing(unit.collective, s, ws, ctx.topology.nranks, ctx.traffic)
             worst = max((_events(a, problem, sz, ws, runs, schedules) for a in algos), key=lambda p: p.events)
             out.append(replace(unit, sizes=(s,), events=worst, cost=POINT_SECONDS + worst.events / EVENTS_PER_SECOND))
         return out if not auto else [replace(unit, events=_sum(u.events for u in out), cost=sum(u.cost for u in out))]
@@ -112,7 +112,7 @@ def split(ctx, unit, schedules: dict, candidates) -> list:
         return [replace(unit, cost=UNIT_SECONDS * len(unit.sizes) * len(candidates(unit.collective)))]
     groups: dict = {}
     for s in unit.sizes:
-        sz = C.sizing(unit.collective, s, ws, ctx.topology.nranks)
+        sz = C.sizing(unit.collective, s, ws, ctx.topology.nranks, ctx.traffic)
         groups.setdefault(unit.algorithm.structure_key(problem, sz, ws), []).append(s)
     out = []
     for key, sizes in groups.items():

@@ -31,6 +31,7 @@ from ..engine.execution import run as run_engine
 from ..network.config import MAX_COUNT
 from ..network.topology import Topology
 from ..schedule import collectives as C
+from ..schedule import matrix as M
 from ..schedule.algorithm import ALGORITHMS, Algorithm, Problem, load_all, parse_spec
 from . import cost, library
 from .best import best_per_size
@@ -38,6 +39,7 @@ from .budget import check_schedule, check_units
 
 COLUMNS = ["collective", "algorithm", "topology", "ranks", "engine", "size_bytes", "count", "dtype", "root",
            "time_us", "algbw_GBps", "busbw_GBps", "protocol"]
+MATRIX = "matrix"           # the column naming all_to_allv's traffic (only in sweeps that run it)
 ENGINES = {"analytic": analytic.run, "packet": packet.run}
 STAT_COLUMNS = list(packet.STAT_NAMES)
 AUTO = "auto"
@@ -92,6 +94,9 @@ def library_algorithms(topology: Topology, collective: str) -> tuple[str, ...]:
         for name in names:
             ALGORITHMS.get(name, where)
     by_name = {C.canonical(k): v for k, v in table.items() if k != "*"}
+    if collective in C.MATRIX_COLLECTIVES and collective not in by_name and C.ALL_TO_ALL in by_name:
+        collective = C.ALL_TO_ALL       # NCCL runs all three as AllToAll: grouped ncclSend/ncclRecv (nccl-tests
+        #                                 src/alltoall.cu, alltoallv.cu, sendrecv.cu RunColl)
     return by_name.get(collective, table.get("*", ()))
 
 
@@ -132,15 +137,16 @@ def metrics(collective: str, n: int, size_bytes: np.ndarray, seconds: np.ndarray
 
 
 def time_algorithm(algo: Algorithm, problem: Problem, sizes: list[int], dtype: str, engines=("analytic",),
-                   launch: str = "host", noise: Noise = QUIET, compiler=None):
+                   launch: str = "host", noise: Noise = QUIET, compiler=None, traffic=None):
     """(Sizing per size, {engine: (seconds[iters, sizes], stats per size, protocol per size)}) for one algorithm.
 
     Compiles once per structure key (compiler(algo, problem, key) in place of algo.compile: schedules kept
     across sweeps, hcclsim.analysis.calibrate.Schedules); every engine times the same schedules, on the
-    device's timeline (hcclsim.engine.execution: launch, endpoint costs, noisy iterations)."""
+    device's timeline (hcclsim.engine.execution: launch, endpoint costs, noisy iterations). traffic: an
+    all_to_allv's matrix (hcclsim.schedule.matrix; None: the collective's default)."""
     ws = DTYPE_SIZE[dtype]
     n = problem.nranks
-    sizings = [C.sizing(problem.collective, s, ws, n) for s in sizes]
+    sizings = [C.sizing(problem.collective, s, ws, n, traffic) for s in sizes]
     keys = [algo.structure_key(problem, sz, ws) for sz in sizings]
     out = {e: (np.zeros((noise.iters, len(sizes))), {c: np.full(len(sizes), np.nan) for c in STAT_COLUMNS},
                np.empty(len(sizes), object)) for e in engines}
@@ -171,6 +177,8 @@ class Context(NamedTuple):
     noise: Noise
     max_memory: int | None = None   # the memory budget of a point (hcclsim.core.budget), for workers
     compiler: object = None         # time_algorithm's compiler (None: algo.compile)
+    traffic: object = None          # all_to_allv's matrix (hcclsim.schedule.matrix.Traffic; None: uniform)
+    matrix: str | None = None       # the matrix column's value on all_to_allv rows (None: no such column)
 
 
 def _frame(ctx: Context, coll, label, sizings, engine_name, samples, counters, protocols):
@@ -187,15 +195,16 @@ def _frame(ctx: Context, coll, label, sizings, engine_name, samples, counters, p
         **(counters if stats else {})})
 
 
-def columns(stats: bool = False, auto: bool = False, noise: Noise = QUIET) -> list[str]:
-    """The columns of a sweep's rows, in order, for these options."""
+def columns(stats: bool = False, auto: bool = False, noise: Noise = QUIET, matrix: bool = False) -> list[str]:
+    """The columns of a sweep's rows, in order, for these options; matrix: the sweep runs all_to_allv."""
     return COLUMNS + (PERCENTILE_COLUMNS if noise.percentiles else []) + (STAT_COLUMNS if stats else []) \
-        + (["chosen", "chosen_by"] if auto else [])
+        + (["chosen", "chosen_by"] if auto else []) + ([MATRIX] if matrix else [])
 
 
 def _finish(ctx: Context, frame, chosen, chosen_by="listed"):
-    frame = frame[columns(ctx.stats, False, ctx.noise)]
-    return frame.assign(chosen=chosen, chosen_by=chosen_by) if ctx.auto else frame
+    matrix = np.where(frame.collective == C.ALL_TO_ALLV, ctx.matrix or "", "")
+    frame = frame.assign(chosen=chosen, chosen_by=chosen_by, **{MATRIX: matrix})
+    return frame[columns(ctx.stats, ctx.auto, ctx.noise, ctx.matrix is not None)]
 
 
 def with_protocol(topology: Topology, protocol: str) -> Topology:
@@ -256,7 +265,7 @@ def run_unit(ctx: Context, unit: Unit) -> list[pd.DataFrame]:
 
 def _unit_rows(ctx: Context, unit: Unit) -> list[pd.DataFrame]:
     topology, dtype, root = ctx.topology, ctx.dtype, ctx.root
-    how = (ctx.launch, ctx.noise, ctx.compiler)
+    how = (ctx.launch, ctx.noise, ctx.compiler, ctx.traffic)
     coll, sizes, engines = unit.collective, list(unit.sizes), unit.engines
     problem = Problem(coll, topology, root)
     if unit.algorithm != AUTO:
@@ -264,13 +273,13 @@ def _unit_rows(ctx: Context, unit: Unit) -> list[pd.DataFrame]:
         return [_finish(ctx, _frame(ctx, coll, unit.label, sizings, e, *timed[e]), unit.label) for e in engines]
     candidates = [a for a in algorithms_for(LIBRARY, coll, topology) if not a.unsupported(problem)]
     by_label = {a.label: a for a in candidates}
-    sizings = [C.sizing(coll, s, DTYPE_SIZE[dtype], topology.nranks) for s in sizes]
+    sizings = [C.sizing(coll, s, DTYPE_SIZE[dtype], topology.nranks, ctx.traffic) for s in sizes]
     picks, why = _library_picks(topology, coll, sizings, candidates)
     rest = [i for i, p in enumerate(picks) if p is None]       # sizes the fastest decides
     timed = {}
     if rest:
         timed = {a.label: time_algorithm(a, problem, [sizes[i] for i in rest], dtype, ("analytic",), ctx.launch,
-                                         compiler=ctx.compiler)
+                                         compiler=ctx.compiler, traffic=ctx.traffic)
                  for a in candidates}
         scores = pd.concat([_frame(ctx, coll, label, sz, "analytic", *t["analytic"]) for label, (sz, t) in timed.items()])
         pick = best_per_size(scores, "analytic").set_index("size_bytes")["algorithm"]
@@ -314,7 +323,8 @@ def _done_keys(previous) -> set:
 def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "all", sizes=(1 << 20,),
           dtype: str = "float32", root: int = 0, engine="analytic", stats: bool = False,
           on_row=None, previous: pd.DataFrame | None = None, jobs: int = 1, executor=None,
-          on_start=None, on_unit=None, launch: str = "host", noise: Noise = QUIET, compiler=None) -> SweepResult:
+          on_start=None, on_unit=None, launch: str = "host", noise: Noise = QUIET, compiler=None,
+          matrix=None) -> SweepResult:
     """Run the grid; rows in a stable order (collective, algorithm as listed, engine as listed, size).
 
     engine: 'analytic', 'packet', 'analytic,packet' or a list; stats adds the engines' counters
@@ -327,7 +337,10 @@ def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "al
     after the packet engine's events were checked against the event budget (hcclsim.sweeping.cost).
     launch ('host' or 'device') and noise (iterations, skew, jitter, seed) put every point on the device's
     timeline (hcclsim.engine.execution); with several iterations rows get PERCENTILE_COLUMNS and time_us is the p50.
-    compiler: compiles the schedules the engines time, in place of each algorithm's compile (time_algorithm)."""
+    compiler: compiles the schedules the engines time, in place of each algorithm's compile (time_algorithm).
+    matrix: all_to_allv's traffic, a --matrix value (file or distribution, hcclsim.schedule.matrix.parse) or
+    a Traffic; None: uniform. A sweep that runs all_to_allv gives its rows a matrix column: the value as given
+    (a Traffic's label; 'uniform' without one) on all_to_allv's rows, empty on the others'."""
     from .executors import get_executor
 
     dtype = parse_dtype(dtype)
@@ -338,9 +351,25 @@ def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "al
     if sizes and sizes[-1] > MAX_COUNT:
         raise ConfigError(f"size {sizes[-1]}: expected at most 2^62 bytes (sizes are 64-bit counts)")
     listed, auto = split_auto(algorithms)
-    ctx = Context(topology, dtype, root, stats, auto, check_launch(launch), noise, budget.current(), compiler)
+    canonical = [C.canonical(c) for c in collectives]
+    if matrix is not None and C.ALL_TO_ALLV not in canonical:
+        raise ConfigError(f"--matrix: sets all_to_allv's traffic; the collectives are {', '.join(canonical)}")
+    if matrix is not None and {C.SEND_RECV, C.PP_RING} & set(canonical):
+        raise ConfigError("--matrix: sets all_to_allv's traffic, and send_recv and pp_ring keep their own pattern; "
+                          "sweep them without --matrix (to another -o file)")
+    if matrix is not None and not isinstance(matrix, (str, M.Traffic)):
+        raise ConfigError(f"matrix: expected a --matrix value (a .csv or .npy file, or a distribution such as "
+                          f"zipf:1.2) or a hcclsim.schedule.matrix.Traffic, got {type(matrix).__name__}")
+    traffic = M.parse(matrix, topology.nranks) if isinstance(matrix, str) else matrix
+    if traffic is not None and traffic.n != topology.nranks:
+        raise ConfigError(f"matrix: {traffic!r} has {traffic.n} ranks, expected {topology.nranks} (one row and "
+                          f"one column per rank of the topology)")
+    label = None if C.ALL_TO_ALLV not in canonical else "uniform" if matrix is None else \
+        matrix.strip() if isinstance(matrix, str) else traffic.label
+    ctx = Context(topology, dtype, root, stats, auto, check_launch(launch), noise, budget.current(), compiler, traffic,
+                  label)
     skipped, blocks = [], []           # blocks: (collective, algorithm) in the sweep's order
-    for coll in [C.canonical(c) for c in collectives]:
+    for coll in canonical:
         problem = Problem(coll, topology, root)
         algos = algorithms_for(listed, coll, topology) if listed else []
         runnable = []
@@ -370,7 +399,7 @@ def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "al
         return [a for a in algorithms_for(LIBRARY, coll, topology) if not a.unsupported(Problem(coll, topology, root))]
     for i, (coll, algo) in enumerate(blocks):
         label = AUTO if algo == AUTO else algo.label
-        nbytes = {s: C.sizing(coll, s, ws, topology.nranks).size_bytes for s in sizes}
+        nbytes = {s: C.sizing(coll, s, ws, topology.nranks, ctx.traffic).size_bytes for s in sizes}
         for e in engines:
             todo = tuple(s for s in sizes if (coll, label, e, nbytes[s]) not in done)
             if todo:
