@@ -158,4 +158,14 @@ def render_workload(con: Console, result: S.Result) -> None:
     con.print()
 
 
-RENDER = {"sweep": render_sweep, "replay": render_replay, "workload": render_workload}
+def render_jobs(con: Console, result: S.Result) -> None:
+    df = result.frame.drop(columns="busiest_links")
+    t = _table(_title(result), list(df.columns), {str(c) for c in df.select_dtypes("number").columns})
+    for row in df.head(MAX_ROWS).itertuples(index=False):
+        t.add_row(*[f"{v:.4g}" if isinstance(v, float) else str(v) for v in row])
+    _print(con, t)
+    con.print("(the busiest links of each run in the CSV)")
+    con.print()
+
+
+RENDER = {"sweep": render_sweep, "replay": render_replay, "workload": render_workload, "jobs": render_jobs}

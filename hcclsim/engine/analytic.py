@@ -110,8 +110,9 @@ def _alloc_kernel(rows, last_use, cls, ncls):
 @njit
 def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, dep_kind, group_ptr, offset, summarize,
                     pool_rows, params, link_bw, link_lat, max_hops, prefix, want_links, nranks, overhead, red_bw,
-                    release, jitter, seed, inst_first, avail):
-    """Finish time of the last transfer per size; optionally bytes per link per size.
+                    release, jitter, seed, inst_first, avail, part):
+    """Finish time of the last transfer per part and size (part[t]: the part of template t, e.g. one of
+    several jobs merged into one schedule; empty: one part); optionally bytes per link per size.
 
     prefix[s, c]: bytes before chunk c at size s. pool rows of template t start at offset[t]:
     one row per instance, then (if summarize[t]) per-i maxima, per-j maxima and the overall max.
@@ -132,7 +133,7 @@ def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, dep_kind, gr
     S3 = 3 * S
     nlinks = len(link_bw)
     pool = np.zeros(pool_rows * S3)
-    gmax = np.zeros(S)
+    gmax = np.zeros((part.max() + 1 if len(part) else 1, S))
     cnt = np.zeros(nlinks, np.int64)
     touched = np.empty(nlinks, np.int64)
     links = np.empty(max_hops, np.int64)
@@ -211,6 +212,7 @@ def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, dep_kind, gr
                             ready += avail[inst_first[t] + i * nl + j]
                     c = _aff(row, F_SCH, F_C3 + 2, i, j)
                     base = (offset[t] + i * nl + j) * S3
+                    p = part[t] if len(part) else 0
                     for s in range(S):
                         nb = nrun * (prefix[s, c + nch] - prefix[s, c])
                         first = max(start[s], ready) + delay
@@ -219,7 +221,7 @@ def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, dep_kind, gr
                         pool[base + s] = f
                         pool[base + S + s] = left
                         pool[base + 2 * S + s] = first + lat
-                        gmax[s] = max(gmax[s], f)
+                        gmax[p, s] = max(gmax[p, s], f)
                         if want_links:
                             for k in range(h):
                                 link_bytes[links[k], s] += nb
@@ -395,7 +397,8 @@ def chunk_prefix(s: Schedule, block_elems: np.ndarray, dtype_size: int) -> np.nd
 
 
 def run(schedule: Schedule, topo: Topology, block_elems, dtype_size: int, want_links: bool = False,
-        symmetric: bool | None = None, release=None, jitter: float = 0.0, seed: int = 0, avail=None) -> Timing:
+        symmetric: bool | None = None, release=None, jitter: float = 0.0, seed: int = 0, avail=None,
+        part=None) -> Timing:
     """Time a schedule on a topology for each block size (elements per block) given.
 
     symmetric: None picks the one-instance path whenever it is valid (see hcclsim.schedule.symmetry);
@@ -405,10 +408,11 @@ def run(schedule: Schedule, topo: Topology, block_elems, dtype_size: int, want_l
     iteration (hcclsim.engine.execution); the time is then measured from the earliest release. avail
     (seconds per transfer of the explicit schedule, or None): when each transfer's work-queue element is
     ready after its rank's release (hcclsim.engine.execution.control_core); per transfer, so the general path.
+    part (int per template, or None): time becomes one row per part (hcclsim.engine.concurrent); the general path.
     """
     block_elems = np.atleast_1d(np.asarray(block_elems, np.int64))
     ep = topo.endpoint
-    noisy = release is not None or jitter > 0 or avail is not None
+    noisy = release is not None or jitter > 0 or avail is not None or part is not None
     orbits = schedule_orbits(schedule, topo) if symmetric is not False and not noisy else None
     s = schedule
     if orbits is not None:
@@ -427,7 +431,10 @@ def run(schedule: Schedule, topo: Topology, block_elems, dtype_size: int, want_l
     t, links = analytic_kernel(s.tmpl, s.dep_ptr, s.dep_t, s.dep_mode, s.dep_si, s.dep_sj, s.dep_kind, s.group_ptr,
                                offset, summarize, pool_rows, topo.params, topo.link_bw, topo.link_lat, topo.max_hops,
                                prefix, want_links, topo.nranks, ep.issue_overhead, ep.reduction_bandwidth, rel,
-                               float(jitter), int(seed), first, np.zeros(0) if avail is None else avail)
+                               float(jitter), int(seed), first, np.zeros(0) if avail is None else avail,
+                               np.zeros(0, np.int64) if part is None else part)
+    if part is None:
+        t = t[0]
     if len(rel):
         t = t - rel.min()
     return Timing(time=t, link_bytes=links, transfers=s.ntransfers)

@@ -22,7 +22,17 @@ import numpy as np
 from ..core import budget as B
 from ..core.errors import ConfigError, InternalError
 from ..core.jit import njit
-from ..network.topology import Topology, route_kernel
+from ..network.topology import (
+    FAT_TREE,
+    HIERARCHICAL,
+    P_KIND,
+    P_LEAF,
+    P_OUTKIND,
+    P_UPKIND,
+    SWITCH,
+    Topology,
+    route_kernel,
+)
 from ..schedule.expand import expand
 from ..schedule.ir import (
     DEP_COL,
@@ -311,8 +321,10 @@ def node_map_for(schedule: Schedule, topo: Topology, ranks) -> np.ndarray:
     A schedule's switch node nranks + d (domain d's reducing switch) becomes the reducing switch of
     the fabric rank that the domain's first rank is placed on; a fabric's rail switch l (a scale-out
     reducing switch, which a schedule addresses by the fabric's own node id) becomes the scale-out
-    reducing switch of the fabric rank that rank l is placed on. A node with none is -1 (prepare
-    refuses a schedule that addresses it)."""
+    reducing switch of the fabric rank that rank l is placed on. On a fat tree, a switch after the
+    schedule's scale-up switches is its leaf k (striped relays through the domain's leaf, node nranks +
+    domains), placed on the leaf of the fabric rank that rank k * leaf_size is placed on. A node with
+    none is -1 (prepare refuses a schedule that addresses it)."""
     ranks = np.asarray(ranks, np.int64)
     if len(ranks) != schedule.nranks or len(set(ranks.tolist())) != len(ranks) or ranks.min() < 0 \
             or ranks.max() >= topo.nranks:
@@ -321,10 +333,16 @@ def node_map_for(schedule: Schedule, topo: Topology, ranks) -> np.ndarray:
     out[: schedule.nranks] = ranks
     L = schedule.shape[1]
     rails = topo.out_reduce_switch[:L].tolist()
+    p = topo.params
+    fat = p[P_KIND] == HIERARCHICAL and p[P_OUTKIND] == FAT_TREE
+    up = (topo.domains, -(-schedule.nranks // topo.local)) if fat and p[P_UPKIND] == SWITCH else (0, 0)
     for v in range(schedule.nranks, schedule.nnodes):
         d = v - schedule.nranks
         if v in rails:
             out[v] = topo.out_reduce_switch[ranks[rails.index(v)]]
+        elif fat and d >= up[1]:
+            k = (d - up[1]) * p[P_LEAF]
+            out[v] = topo.nranks + up[0] + ranks[k] // p[P_LEAF] if k < len(ranks) else -1
         else:
             out[v] = topo.reduce_switch[ranks[min(d * L, len(ranks) - 1)]]
     return out

@@ -7,6 +7,7 @@ to its own table results/NAME/<section>.csv:
     [[replay]]    a workload replay: a list of collectives with sizes and call counts, timed with every
                   applicable algorithm and with topology-aware selection (auto); a total per algorithm
     [[workload]]  handed to hcclsim.studies.workload.run_section(section, where) (compute/collective overlap)
+    [[jobs]]      several collectives placed on one fabric at once, each job's slowdown (hcclsim.studies.jobs)
 
 load() reads and checks the whole file -- every key, every size, every algorithm, and every topology
 of every combination is built -- before anything runs, so a typo fails at once with the file and key.
@@ -34,7 +35,7 @@ from ..schedule.algorithm import parse_spec
 from ..sweeping.sweep import parse_engines, size_grid, split_auto
 from .fields import column_value, parse_matrix, parse_vary, toml_literal, whole_number
 
-KINDS = ("sweep", "replay", "workload")
+KINDS = ("sweep", "replay", "workload", "jobs")
 HEADER_KEYS = {"title", "reproduces", "doc", "description"}
 COMMON_KEYS = {"name", "description", "topology", "set", "vary", "engine", "launch", "iters", "skew", "jitter",
                "seed", "dtype"}
@@ -300,6 +301,10 @@ def _section(kind: str, table, index: int, label: str) -> Section:
     where = f"{label}: [[{kind}]] {name}"
     if kind == "workload":
         return Section(kind, name, where, dict(table), table)
+    if kind == "jobs":
+        from .jobs import check_section
+
+        return Section(kind, name, where, check_section(table, where), table)
     spec = _sweep_spec(table, where) if kind == "sweep" else _replay_spec(table, where)
     return Section(kind, name, where, spec, table)
 
@@ -312,7 +317,7 @@ def load(ref: str) -> Scenario:
     for key in doc:
         if key not in ("scenario", *KINDS):
             raise ConfigError(f"{label}: {key}: unknown key{suggest(key, ('scenario', *KINDS))}; expected a "
-                              f"[scenario] table and [[sweep]], [[replay]] or [[workload]] sections")
+                              f"[scenario] table and [[sweep]], [[replay]], [[workload]] or [[jobs]] sections")
     head = doc.get("scenario")
     if not isinstance(head, dict):
         raise ConfigError(f"{label}: the [scenario] table is missing (title, reproduces, doc, description)")
@@ -328,7 +333,7 @@ def load(ref: str) -> Scenario:
             raise ConfigError(f"{label}: {kind}: expected [[{kind}]] sections (an array of tables)")
         sections += [_section(kind, t, i, label) for i, t in enumerate(tables, 1)]
     if not sections:
-        raise ConfigError(f"{label}: no sections; expected at least one [[sweep]], [[replay]] or [[workload]]")
+        raise ConfigError(f"{label}: no sections; expected at least one [[sweep]], [[replay]], [[workload]] or [[jobs]]")
     order = {id(t): pos for kind in KINDS for pos, t in _positions(text, kind, doc.get(kind, []))}
     sections.sort(key=lambda s: order.get(id(s.raw), 0))
     seen = set()

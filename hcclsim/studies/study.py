@@ -140,7 +140,14 @@ def run_workload_section(section: Section) -> Result:
     return Result(section, run_workload(dict(section.raw), section.where))
 
 
-RUNNERS = {"sweep": run_sweep_section, "replay": run_replay_section, "workload": run_workload_section}
+def run_jobs_section(section: Section) -> Result:
+    from .jobs import run_section as run_jobs
+
+    return Result(section, run_jobs(section.spec))
+
+
+RUNNERS = {"sweep": run_sweep_section, "replay": run_replay_section, "workload": run_workload_section,
+           "jobs": run_jobs_section}
 
 
 def run_section(section: Section) -> Result:
@@ -162,6 +169,14 @@ def provenance(scenario: Scenario, result: Result) -> dict:
         meta.setdefault("inputs_sha256", hashlib.sha256((scenario.sha256 + s.name).encode()).hexdigest())
         return {**meta, "scenario": head}
     spec = s.spec
+    if s.kind == "jobs":
+        jobs, topo = spec["jobs"], spec["topology"]
+        meta = metadata(topo, collectives=list(dict.fromkeys(j["collective"] for j in jobs)),
+                        algorithm=",".join(dict.fromkeys(j["algorithm"] for j in jobs)),
+                        sizes=sorted({j["size"] for j in jobs}), dtype=spec["dtype"], engine=",".join(spec["engines"]),
+                        given={"topology": s.raw.get("topology"), "overrides": s.raw.get("set", [])})
+        meta["inputs_sha256"] = inputs_hash(resolved_topology(topo), {"section": s.raw})
+        return {**meta, "scenario": head}
     base = load_topology_in(spec, spec["overrides"], s.where)
     if s.kind == "sweep":
         colls, algorithm, sizes, root = spec["collectives"], spec["algorithm"], spec["sizes"], spec["root"]
