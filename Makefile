@@ -18,10 +18,11 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/hccl-bench sweep
 
-# One pytest worker per core (pytest-xdist): the suite in about half the time on CI's two cores. Plain
-# `pytest` runs it in one process.
+# One pytest worker per core (pytest-xdist), at most 4 (a container may report its host's cores, and each
+# worker holds its own Numba kernels and up to a 1 GiB point): the suite in about half the time on CI's two
+# cores. Plain `pytest` runs it in one process.
 test: $(STAMP)
-	$(BIN)/python -m pytest -n auto
+	$(BIN)/python -m pytest -n auto --maxprocesses 4
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
