@@ -103,9 +103,8 @@ def _packet(jobs: list[Job], topo: Topology, want_links: bool):
 
 
 def _name(topo: Topology, link: int) -> str:
-    def node(v):
-        return f"r{v}" if v < topo.nranks else f"sw{v - topo.nranks}"
-    return f"{topo.tiers[topo.link_tier[link]].name} {node(int(topo.link_src[link]))}->{node(int(topo.link_dst[link]))}"
+    return (f"{topo.tiers[topo.link_tier[link]].name} {topo.node_name(int(topo.link_src[link]))}->"
+            f"{topo.node_name(int(topo.link_dst[link]))}")
 
 
 def run(jobs: list[Job], topo: Topology, engine: str = "analytic") -> Shared:

@@ -107,6 +107,10 @@ class Topology:
     def path_latency(self, src: int, dst: int) -> float:
         return float(sum(self.link_lat[link] for link in self.route(src, dst)))
 
+    def node_name(self, v: int) -> str:
+        """'r3' for rank 3, 'sw0' for the first switch: how traces and reports name a node."""
+        return f"r{v}" if v < self.nranks else f"sw{v - self.nranks}"
+
 
 # --------------------------------------------------------------------------- routing kernels
 

@@ -24,10 +24,6 @@ from .safefile import replace_text
 PID_RANKS, PID_SWITCHES, PID_LINKS = 1, 2, 3
 
 
-def _node(topo: Topology, v: int) -> str:
-    return f"r{v}" if v < topo.nranks else f"sw{v - topo.nranks}"
-
-
 def _lanes(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Interval partitioning: the lowest free lane for each interval, in start order."""
     lane = np.zeros(len(starts), np.int64)
@@ -61,17 +57,17 @@ def chrome_events(run: packet.PacketRun, topo: Topology, schedule) -> list[dict]
             if tid not in named:
                 named.add(tid)
                 events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
-                               "args": {"name": f"{_node(topo, int(src))} engine {lane}"}})
+                               "args": {"name": f"{topo.node_name(int(src))} engine {lane}"}})
             nbytes = int((xt[x, K.X_NPK] - 1) * xt[x, K.X_PKB] + xt[x, K.X_LASTB])
             events.append({"ph": "X", "pid": pid, "tid": tid, "ts": run.start[x] / 1e6,
                            "dur": (run.finish[x] - run.start[x]) / 1e6,
-                           "name": f"{KIND_NAMES[int(kinds[x])]} {_node(topo, int(src))}->"
-                                   f"{_node(topo, int(xt[x, K.X_DST]))}",
+                           "name": f"{KIND_NAMES[int(kinds[x])]} {topo.node_name(int(src))}->"
+                                   f"{topo.node_name(int(xt[x, K.X_DST]))}",
                            "args": {"transfer": x, "bytes": nbytes, "packets": int(xt[x, K.X_NPK])}})
     for link in np.unique(run.trace[:, 0]) if len(run.trace) else []:
         events.append({"ph": "M", "name": "thread_name", "pid": PID_LINKS, "tid": int(link),
-                       "args": {"name": f"link {link}: {_node(topo, int(topo.link_src[link]))}->"
-                                        f"{_node(topo, int(topo.link_dst[link]))}"}})
+                       "args": {"name": f"link {link}: {topo.node_name(int(topo.link_src[link]))}->"
+                                        f"{topo.node_name(int(topo.link_dst[link]))}"}})
     for link, t0, t1 in run.trace.tolist():
         events.append({"ph": "X", "pid": PID_LINKS, "tid": int(link), "ts": t0 / 1e6, "dur": (t1 - t0) / 1e6,
                        "name": "busy"})
