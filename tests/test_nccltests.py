@@ -250,3 +250,56 @@ def test_plot_draws_a_log_beside_a_results_file(capsys, tmp_path):
 def test_sendrecv_is_read_and_labelled():
     b = blocks("xxrjun_h100_five_collectives.txt")[4]
     assert b.collective == "sendrecv" and b.rows[0].busbw_GBps == b.rows[0].algbw_GBps     # factor 1
+
+
+# ------------------------------------------------------------------- hypercube, skipped tables, -C
+
+HYPERCUBE = "aicr_b200_hypercube_2_3_4_8_ranks.txt"
+
+
+def test_real_hypercube_tables_read_and_the_table_nccl_tests_skipped_is_left_out():
+    bs = blocks(HYPERCUBE)             # 3 ranks (line 44): 'nRanks 3 is not a power of 2, skipping', no rows
+    assert [(b.collective, b.line, b.ranks, len(b.rows)) for b in bs] == [
+        ("hypercube", 16, 2, 16), ("hypercube", 62, 4, 16), ("hypercube", 106, 8, 16)]
+    assert {(b.nodes, b.gpu, b.nccl_version, b.program) for b in bs} == {
+        (1, "NVIDIA B200", "2.29.3", "hypercube_perf")}                  # nccl-library=22903
+    # HyperCube's algbw = (n-1)/n x size / time = busbw. Line 18, 2 ranks: 1/2 x 1048576 B / 22.27 us = 23.54
+    r = bs[0].rows[0]
+    assert (r.line, r.size_bytes, r.count, r.root, r.time_us, r.algbw_GBps, r.busbw_GBps, r.wrong) == (
+        18, 1048576, 131072, -1, 22.27, 23.54, 23.54, "0")
+    # line 108, 8 ranks: 7/8 x 1048576 B / 60.66 us = 15.13; '#wrong' printed with %g (validation FAILED)
+    r = bs[2].rows[0]
+    assert (r.line, r.count, r.time_us, r.algbw_GBps, r.busbw_GBps, r.wrong) == (
+        108, 32768, 60.66, 15.13, 15.13, "1.02893e+06")
+    r = bs[1].rows[-1]                                                   # line 71, 4 ranks, in-place
+    assert (r.line, r.size_bytes, r.placement, r.time_us, r.busbw_GBps, r.wrong) == (
+        71, 17179869184, IN, 27602.8, 466.80, "1.45428e+07")
+
+
+def test_only_the_skip_nccl_tests_prints_makes_an_empty_table_acceptable(tmp_path):
+    lines = (DATA / HYPERCUBE).read_text().splitlines()
+    gone = tmp_path / HYPERCUBE                              # the 'skipping' line (44) removed: a table cut short
+    gone.write_text("\n".join(lines[:43] + lines[44:]))
+    with pytest.raises(ConfigError, match="line 42: the table of hypercube has no data rows"):
+        read_blocks(str(gone))
+    alone = tmp_path / "skipped_hypercube.txt"               # lines 31-49: the skipped run only
+    alone.write_text("\n".join(lines[30:49]))
+    with pytest.raises(ConfigError, match="line 14: nccl-tests skipped every table it began "
+                                          r"\('nRanks 3 is not a power of 2, skipping'\): nothing was measured"):
+        read_blocks(str(alone))
+
+
+def test_a_cputime_run_is_refused_not_read_as_the_collective_time():
+    # -C 1 prints the host's launch time; algbw and busbw come from the GPU time, which is not printed
+    # (nccl-tests src/common.cu since d313d20, 2022-09). 2 ranks, 1048576 B in 100 us on the GPU: 10.49 GB/s.
+    head = ("#  Rank  0 Group  0 Pid 1 on h device  0 [0x1] G\n#  Rank  1 Group  0 Pid 2 on h device  1 [0x2] G\n"
+            "#  out-of-place  in-place\n#  size  count  type  redop  root  cputime  algbw  busbw  #wrong  cputime  "
+            "algbw  busbw  #wrong\n")
+    row = "1048576  262144  float  sum  -1  5.12  10.49  10.49  0  5.10  10.49  10.49  0\n"
+    with pytest.raises(ConfigError, match=r"line 4: column header: 'cputime' \(nccl-tests -C 1\)"):
+        parse_text(head + row, "x_all_reduce.txt")
+    doc = {"args": ["./all_reduce_perf"], "config": {"nthreads": 1, "ngpus": 2, "devices": [{"rank": 0}]},
+           "results": [{"size": 1048576, "count": 262144, "type": "float", "redop": "sum", "root": -1,
+                        "out_of_place": {"cpu_time": 5.12, "alg_bw": 10.49, "bus_bw": 10.49, "nwrong": 0}}]}
+    with pytest.raises(ConfigError, match=r"results\[0\].out_of_place: 'cpu_time' \(nccl-tests -C 1\)"):
+        parse_report(doc, "r.json")

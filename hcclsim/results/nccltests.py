@@ -6,15 +6,16 @@ A real log is whatever a launcher captured, so the text reader assumes little:
   nccl-tests printed (src/common.cu, src/util.cu, 2017-2026) -- ``bytes N type op ... res`` (2017,
   times in ms), ``size count type [redop] [root] time algbw busbw error`` (2019-2022; all_gather has no
   redop, broadcast only a root), ``... redop root time algbw busbw #wrong`` (2022-), ``copybw``
-  (2024-2025), ``cputime`` (-C), per-iteration ``i_min i_max i_p99 i_cv%`` and a ``timestamp`` (2025-),
-  and rccl-tests' in-place-only table (-O 0); which time group is out-of-place and which in-place comes
-  from the line above the header.
+  (2024-2025), per-iteration ``i_min i_max i_p99 i_cv%`` and a ``timestamp`` (2025-), and rccl-tests'
+  in-place-only table (-O 0); which time group is out-of-place and which in-place comes from the line
+  above the header. A ``cputime`` table (-C 1) is refused: its times are not the collective's.
 * Launcher prefixes are removed: MPI's ``[1,0]<stdout>:`` wherever it appears (Open MPI tags each write,
   so one row carries several), and whatever precedes the header's ``#`` (``srun -l``'s ``0: ``) from the
   lines of that table. Any other line that is not a row (NCCL INFO/WARN, warnings) is noise.
 * Each table is a block: a new ``# nThread`` banner, column header, ``# Testing N cycle.`` (rccl-tests)
   or the summary lines end the previous one. A block is named by ``# Collective test starting:``, else
-  by a program name (``all_gather_perf``) on a line before it, else by the file name.
+  by a program name (``all_gather_perf``) on a line before it, else by the file name. A table nccl-tests
+  skipped (hypercube on a rank count that is not a power of 2) measured nothing and is left out.
 * Every row is checked: algbw = size / time and busbw = algbw x the collective's factor on the block's
   ranks (nccl-tests' GetBw functions), within half a unit of each printed last digit. A row that fails,
   a row cut short, a row outside any block: the file is refused with the line number.
@@ -63,16 +64,20 @@ _HEADER = re.compile(r"#\s+(?:size|bytes)\s+(?:count|N)\s+type\b")
 _RANK = re.compile(r"#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?(?:Pid\s+\d+\s+)?on\s+(\S+)\s+device\s+\d+\s+"
                    r"\[[^\]]*\]\s*(.*)")
 _OURS = re.compile(r"#\s*hccl-bench algorithm:\s*(\S+)")                   # sweep --format nccl-tests
+_SKIPPED = re.compile(r"nRanks \d+ is not a power of 2, skipping")        # src/hypercube.cu: no rows follow
 _END = re.compile(r"#\s*(?:Out of bounds values|Avg bus bandwidth|Collective test concluded|Testing \d+ cycle)")
 _VERSION = re.compile(r"\b(?:NCCL|RCCL) version (\d+\.\d+\.\d+)|nccl-library=(\d+)")
 _FORCED = {key: re.compile(rf"\b{key}(?:=|\s+set by environment to\s+)([A-Za-z0-9_^,;:]+)")
            for key in ("NCCL_ALGO", "NCCL_PROTO")}
 _KEY_COLUMNS = {"size": "size", "bytes": "size", "count": "count", "n": "count", "type": "type",
                 "redop": "redop", "op": "redop", "root": "root"}
-_GROUP_COLUMNS = {"time": "time", "cputime": "time", "algbw": "algbw", "busbw": "busbw", "copybw": None,
+_GROUP_COLUMNS = {"time": "time", "algbw": "algbw", "busbw": "busbw", "copybw": None,
                   "#wrong": "wrong", "error": "wrong", "res": "wrong",
                   "i_min": None, "i_max": None, "i_p99": None, "i_cv%": None}
 _WRONG = re.compile(r"N/A|[0-9.]+(?:e[+-]?\d+)?\*?", re.IGNORECASE)
+# -C 1 (src/common.cu, 2022-): the printed time is the host's, algbw / busbw come from the GPU's.
+_CPUTIME = ("(nccl-tests -C 1): its times are the host's launch times, and algbw / busbw come from GPU times it "
+            "does not print, so the collective's time is not in the file; expected a run without -C")
 _NUMBER = re.compile(r"(\d+(?:\.(\d*))?|\.\d+)(?:e([+-]?\d+))?", re.IGNORECASE)
 
 
@@ -221,6 +226,8 @@ class _Layout:
 
 def _layout(body: str, prefix: str, above: str, lineno: int, where: str) -> _Layout:
     tokens = body.lstrip("#").split()
+    if "cputime" in tokens:
+        raise ConfigError(f"{where}: line {lineno}: column header: 'cputime' {_CPUTIME}")
     keys, i = [], 0
     while i < len(tokens) and tokens[i].lower() in _KEY_COLUMNS:
         keys.append(_KEY_COLUMNS[tokens[i].lower()])
@@ -230,7 +237,7 @@ def _layout(body: str, prefix: str, above: str, lineno: int, where: str) -> _Lay
         low = tok.lower()
         if low == "timestamp":
             timestamp = True
-        elif low in ("time", "cputime"):
+        elif low == "time":
             groups.append(["time"])
         elif low in _GROUP_COLUMNS and groups:
             groups[-1].append(_GROUP_COLUMNS[low])
@@ -287,7 +294,7 @@ def parse_text(text: str, source: str, collective: str | None = None) -> list[Bl
     state, blocks = _State(collective=collective), []
     layout: _Layout | None = None
     block: Block | None = None
-    above, closed_at = "", None
+    above, closed_at, skipped = "", None, None
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = _clean(raw)
         if layout and layout.prefix and line.startswith(layout.prefix):
@@ -322,6 +329,8 @@ def parse_text(text: str, source: str, collective: str | None = None) -> list[Bl
             after = f" (the table above ended at line {closed_at})" if closed_at else ""
             raise ConfigError(f"{source}: line {lineno}: a data row with no column header above it{after}; "
                               f"expected the '#  size  count  type ...' header line of its table")
+        elif block is not None and not block.rows and (m := _SKIPPED.search(line)):    # the run measured nothing
+            block, layout, skipped = None, None, skipped or (lineno, m.group(0))
         elif "NCCL INFO" not in line and (m := _PROGRAM.search(line)):
             state.program = m.group(0)
         for m in _VERSION.finditer(line):
@@ -334,6 +343,9 @@ def parse_text(text: str, source: str, collective: str | None = None) -> list[Bl
                 if block is not None:
                     setattr(block, key.lower(), state.forced[key])
     blocks += [block] if block else []
+    if not blocks and skipped:
+        raise ConfigError(f"{source}: line {skipped[0]}: nccl-tests skipped every table it began ({skipped[1]!r}): "
+                          f"nothing was measured")
     if not blocks:
         raise ConfigError(f"{source}: no nccl-tests table (no '#  size  count  type  ...  time  algbw  busbw' "
                           f"column header); expected nccl-tests or rccl-tests output, its -J JSON, or a JSON "
@@ -367,7 +379,7 @@ def _new_block(source: str, lineno: int, state: _State) -> Block:
 
 def _row(tokens: list[str], layout: _Layout, lineno: int, source: str) -> list[Row]:
     where = f"{source}: line {lineno}"
-    if len(tokens) == layout.width - 1 and "redop" in layout.keys:     # old all_to_all rows: redop left blank
+    if len(tokens) == layout.width - 1 and "redop" in layout.keys:     # redop printed blank (old all_to_all, hypercube)
         tokens = tokens[:layout.keys.index("redop")] + ["-"] + tokens[layout.keys.index("redop"):]
     if len(tokens) != layout.width:
         raise ConfigError(f"{where}: {len(tokens)} fields, but the column header at line {layout.line} has "
@@ -492,8 +504,10 @@ def parse_report(doc: dict, source: str, collective: str | None = None) -> list[
             part = r.get(key)
             if part is None:
                 continue
+            if isinstance(part, dict) and "cpu_time" in part:
+                raise ConfigError(f"{where}.{key}: 'cpu_time' {_CPUTIME}")
             try:
-                t = float(part.get("time", part.get("cpu_time")))
+                t = float(part["time"])
                 a, b = float(part["alg_bw"]), float(part["bus_bw"])
                 wrong = None if part.get("nwrong") is None else f"{float(part['nwrong']):g}"   # text: %6g
             except (AttributeError, KeyError, TypeError, ValueError):
