@@ -93,6 +93,20 @@ def test_issue_overhead_is_one_more_alpha_per_step_in_both_engines():
     assert timed("ring", "all_reduce", hidden, 4 * MIB)[0] == pytest.approx(ring_allreduce(4 * MIB), rel=1e-12)
 
 
+def test_a_local_zero_byte_wait_issues_nothing_in_either_engine():
+    """direct_twoshot's wait between its two steps is a zero-byte op of a rank to itself (no link): it costs
+    no issue overhead, so the time is two steps of o + alpha + (N-1) (S/N) / B. The analytic engine charged
+    it a third o, the packet engine never did."""
+    o, size = 1e-6, 8 * MIB
+    topo = switch(issue_overhead=o)
+    want = 2 * (o + ALPHA + (N - 1) * size / N / B)
+    for symmetric in (None, False):
+        s = compile_for("direct_twoshot", "all_reduce", topo, size)
+        t = analytic.run(s, topo, [C.sizing("all_reduce", size, 4, N).block_elems], 4, symmetric=symmetric).time[0]
+        assert t == pytest.approx(want, rel=1e-12)
+    assert timed("direct_twoshot", "all_reduce", topo, size, "packet")[0] == pytest.approx(want, rel=1e-9)
+
+
 # ------------------------------------------------------------------------------------ where it runs
 
 def test_reduction_bandwidth_of_offload_and_sm_execution():

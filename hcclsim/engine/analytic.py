@@ -202,7 +202,7 @@ def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, dep_kind, gr
                         inv = max(inv, red_cnt[dst] / red_bw)
                     delay = 0.0                              # a rank issues it: its engine's costs
                     ready = 0.0
-                    if src < nranks:
+                    if src < nranks and h > 0:               # (a local op, no link, issues nothing)
                         delay = overhead
                         if jitter > 0:
                             delay += -jitter * np.log(1.0 - np.random.random())
@@ -215,7 +215,7 @@ def analytic_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, dep_kind, gr
                     p = part[t] if len(part) else 0
                     for s in range(S):
                         nb = nrun * (prefix[s, c + nch] - prefix[s, c])
-                        first = max(start[s], ready) + delay
+                        first = max(start[s], ready) + (delay if nb > 0 else 0.0)   # nor a zero-byte one
                         left = max(first + nb * inv, last_in[s])
                         f = left + lat
                         pool[base + s] = f
@@ -324,11 +324,12 @@ def symmetric_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_kind, group_ptr
                         done = left if kind == ORDER else fin
                         for s in range(S):
                             start[s] = max(start[s], done[y, s])
-                delay = overhead if src < nranks else 0.0
+                delay = overhead if src < nranks and h > 0 else 0.0      # a local op issues nothing
                 for s in range(S):
                     b = nbytes[shape_of[t], s]
-                    left[x, s] = max(start[s] + delay + b * inv, last_in[s])
-                    first[x, s] = start[s] + delay + lat
+                    d = delay if b > 0 else 0.0                      # nor does a zero-byte one
+                    left[x, s] = max(start[s] + d + b * inv, last_in[s])
+                    first[x, s] = start[s] + d + lat
                     f = left[x, s] + lat
                     fin[x, s] = f
                     gmax[s] = max(gmax[s], f)
