@@ -470,36 +470,62 @@ def _validation_summary():
     return "\n".join(lines)
 
 
-# replay.md: a trace of the test corpus replayed ---------------------------------------------------------
+# replay.md, validation.md: traces of the test corpus replayed ------------------------------------------
+#
+#   trace-total TRACE TOPOLOGY COLUMN      one per-trace total
+#   trace-bands TRACE... TOPOLOGY [KEY=VALUE...]   measured vs simulated per size band
+#
+# TRACE is a file, or a folder standing for its files (sorted): the rank files of one job replay as that
+# job (hcclsim.results.replay.ranks); KEY=VALUE words are --set overrides of the topology.
 
 @functools.cache
-def trace_replay(trace: str, topology: str):
+def trace_replay(traces: tuple, topology: str, overrides: tuple = ()):
     from hcclsim.results.replay.formats import read
+    from hcclsim.results.replay.ranks import one_job
     from hcclsim.results.replay.timing import time_traces
-    return time_traces([read(str(DOCS.parent / trace))], topology)
+    paths = [p for t in traces for p in (sorted((DOCS.parent / t).iterdir()) if (DOCS.parent / t).is_dir()
+                                           else [DOCS.parent / t])]
+    loaded = [read(str(p)) for p in paths]
+    job = one_job(loaded)
+    return time_traces(loaded if job is None else [job], topology, overrides)
 
 
 @block("trace-total")
 def _trace_total(trace, topology, column):
     """One per-trace total of `hccl-bench replay TRACE -t TOPOLOGY` (us, one decimal; counts as they are)."""
-    value = trace_replay(trace, topology)[2].iloc[0][column]
+    value = trace_replay((trace,), topology)[2].iloc[0][column]
     return f"{value:.1f}" if isinstance(value, float) else str(value)
 
 
 @block("trace-bands")
-def _trace_bands(trace, topology):
-    """Measured vs simulated (auto) per size band, over the trace's timed collectives with a measured time."""
-    per = trace_replay(trace, topology)[0]
+def _trace_bands(*words):
+    """Measured vs simulated (auto) per size band, over the timed collectives with a measured time; for the
+    ranks of one job, per band and collective, with the slowest rank's kernel over the fastest's."""
+    overrides = tuple(w for w in words if "=" in w)
+    *traces, topology = [w for w in words if "=" not in w]
+    per = trace_replay(tuple(traces), topology, overrides)[0]
     per = per[per.auto_us.notna() & per.measured_us.notna()]
     bands = [(0, 64 << 10), (64 << 10, 1 << 20), (1 << 20, 16 << 20), (16 << 20, 1 << 62)]
-    lines = ["| size band | collectives | measured (us, median) | simulated auto (us, median) | measured / simulated (median) |",
-             "|---|---|---|---|---|"]
+    job = "measured_ranks" in per
+    if job:
+        lines = [("| size band | collective | collectives | ranks | measured: fastest rank (us, median) | "
+                  "slowest rank / fastest (median) | simulated auto (us, median) | measured / simulated (median) | "
+                  "measured / simulated (range) |"), "|---|---|---|---|---|---|---|---|---|"]
+    else:
+        lines = ["| size band | collectives | measured (us, median) | simulated auto (us, median) | measured / simulated (median) |",
+                 "|---|---|---|---|---|"]
     for lo, hi in bands:
         part = per[(per.size_bytes >= lo) & (per.size_bytes < hi)]
-        if len(part):
-            name = f"{human_size(lo)} – {human_size(hi)}" if hi < 1 << 62 else f"≥ {human_size(lo)}"
+        name = f"{human_size(lo)} – {human_size(hi)}" if hi < 1 << 62 else f"≥ {human_size(lo)}"
+        if len(part) and not job:
             lines.append(f"| {name} | {len(part)} | {part.measured_us.median():.1f} | {part.auto_us.median():.1f} | "
                          f"{part.measured_over_auto.median():.2f} |")
+        for kind, k in (part.groupby("collective") if job else ()):
+            ratio = k.measured_over_auto
+            lines.append(f"| {name} | {COLLECTIVE_NAMES.get(kind, kind)} | {len(k)} | "
+                         f"{'/'.join(str(n) for n in sorted(set(k.measured_ranks)))} | {k.measured_us.median():.1f} | "
+                         f"{(k.measured_max_us / k.measured_us).median():.1f} | {k.auto_us.median():.1f} | "
+                         f"{ratio.median():.2f} | {ratio.min():.2f} – {ratio.max():.2f} |")
     return "\n".join(lines)
 
 

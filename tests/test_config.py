@@ -397,9 +397,8 @@ def test_set_nested_keys(write):
     ("in_switch_reduce=1", "--set in_switch_reduce: expected true or false, got 1"),
     ("kind=tree", "--set kind: unknown kind 'tree'"),
     ("rank=4", ("--set rank: unknown key (did you mean 'ranks'?); expected one of: bandwidth, description, dims, "
-                "efficiency, in_switch_reduce, kind, latency, merge_spread, mtu, ranks, reduction_table_entries, "
-                "switch_buffer, "
-                "switch_latency, switching")),
+                "efficiency, in_switch_reduce, kind, latency, merge_order, merge_seed, merge_spread, mtu, ranks, "
+                "reduction_table_entries, switch_buffer, switch_latency, switching, table_full")),
     ("topology.rank=4", "--set rank: unknown key (did you mean 'ranks'?)"),
     ("scale_out.domains=64", "--set scale_out.domains: there is no table 'scale_out' to set a key in"),
     ("ranks.x=1", "--set ranks.x: there is no table 'ranks' to set a key in"),

@@ -46,6 +46,7 @@ def test_json_carries_provenance(capsys, tmp_path):
     assert tier["bandwidth_Bps"] == 50e9 and tier["latency_s"] == pytest.approx(500e-9)
     assert tier["packet"] == {"mtu": 4096, "switching": "cut_through", "switch_buffer": 1 << 20,
                               "switch_latency": 0.0, "reduction_table_entries": 1024, "merge_spread": 0.0,
+                              "merge_order": "aligned", "merge_seed": 0, "table_full": "wait",
                               "efficiency": 1.0}   # defaults filled in
     assert res["endpoint"]["message_engines"] == 0 and res["endpoint"]["launch_overhead"] == 0.0
     assert res["endpoint"]["execution"] == "offload" and res["endpoint"]["hidden"] == []
@@ -339,3 +340,28 @@ def test_read_results_checks_values_as_compare_does(capsys, tmp_path):
     assert len(hcclsim.read_results(good)) == len(lines) - 1
     with pytest.raises(ConfigError, match="line 2, column time_us: expected a finite number >= 0"):
         hcclsim.read_results(bad)
+
+
+def test_a_key_added_since_a_file_was_written_counts_only_when_it_is_not_at_its_default():
+    """Files written before merge_order / table_full / merge_seed existed lack them: at their defaults that is the
+    same input (the file still resumes and compares); set otherwise, it is a difference, named."""
+    import copy
+
+    from hcclsim.network.config import load_topology
+    from hcclsim.results.provenance import input_differences, metadata
+
+    def meta(*overrides):
+        return metadata(load_topology("switch8", list(overrides)), collectives=["all_reduce"], algorithm="ring",
+                        sizes=[16])
+
+    ours = meta()
+    old = copy.deepcopy(ours)
+    for key in ("merge_order", "merge_seed", "table_full"):
+        del old["topology"]["resolved"]["tiers"][0]["packet"][key]
+    del old["topology"]["resolved"]["endpoint"]["ll"]["share"]
+    assert input_differences(old, ours) == []
+    rotated = meta("merge_order=rotated")
+    assert [k for k, _, _ in input_differences(old, rotated)] == ["topology.merge_order",
+                                                                  "topology.resolved.tiers.0.packet.merge_order",
+                                                                  "topology.name"]
+    assert [k for k, _, _ in input_differences(ours, rotated)] == [k for k, _, _ in input_differences(old, rotated)]

@@ -216,7 +216,7 @@ def test_a_record_without_its_size_is_refused(capsys, tmp_path):
 def test_bad_values_are_refused(capsys, tmp_path):
     refused(capsys, tmp_path, json.dumps({"traceEvents": [comm(0, 1, dtype="Quaternion")]}).encode(),
             "traceEvents[0] ('record_param_comms'): dtype 'Quaternion': expected one of bfloat16, bool, byte, "
-            "char, double, float, float8_e4m3fn, float8_e5m2, half, int, long")
+            "char, double, float, float8_e4m3fn, float8_e5m2, half, int, long, long int, signed char, unsigned char")
     refused(capsys, tmp_path, json.dumps({"traceEvents": [comm(0, 1, nelems=-3)]}).encode(),
             "traceEvents[0] ('record_param_comms'): In msg nelems: expected a whole number of elements >= 0, got -3")
     refused(capsys, tmp_path, json.dumps({"traceEvents": [comm("soon", 1)]}).encode(),

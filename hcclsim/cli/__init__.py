@@ -29,8 +29,11 @@ COMMANDS = {
     "import": ("import_", "import_cmd",
                "Convert nccl-tests / rccl-tests output (text or -J JSON) to hccl-bench's results columns."),
     "plot": ("plot", "plot_cmd", "Plot results files (from `sweep -o`: .csv, .json or .parquet) against message size."),
-    "replay": ("replay", "replay_cmd", "Time the collectives of real traces: PyTorch profiler (Kineto), Chakra and PARAM comms traces."),
+    "replay": ("replay", "replay_cmd", ("Time the collectives of real traces: PyTorch profiler (Kineto), Chakra (JSON, "
+                                        "or protobuf .et with the 'chakra' extra) and PARAM comms traces.")),
     "run": ("run", "run_cmd", "Run a study: sweeps, workload replays and overlap sections from a scenario TOML file."),
+    "server": ("server", "server_cmd",
+               "Keep a warm hccl-bench in the background, so that later commands start at once."),
     "sweep": ("sweep", "sweep_cmd", "Sweep message sizes for collectives and algorithms on one topology."),
     "topologies": ("listing", "topologies_cmd",
                    "List the built-in topology presets, or print one preset's TOML (to copy and edit)."),
@@ -98,6 +101,11 @@ def main(argv=None) -> int:
 
 def _main(argv) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
+    if argv is None:                           # the console script: a warm server runs it, if one is up
+        from ._client import forward
+        status = forward(args)
+        if status is not None:
+            return status
     debug = "--debug" in args
     try:
         rv = cli.main(args=args, prog_name="hccl-bench", standalone_mode=False)

@@ -14,8 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..core.errors import ConfigError
+from ..core.errors import ConfigError, HcclSimError
+from ..network.config import load_topology
 from ..network.topology import Topology
+from ..schedule import collectives as C
+from ..schedule.algorithm import Algorithm, Problem
 from ..schedule.expand import expand
 from ..schedule.ir import F_C3, F_DCH, F_DST, F_GROUP, F_ID, F_IL, F_SCH, F_SRC, NF, Schedule
 from . import analytic, packet
@@ -38,6 +41,36 @@ class Shared:
     @property
     def slowdown(self) -> list[float]:
         return [t / a for t, a in zip(self.together, self.alone)]
+
+
+def job_fabric(ref: str, overrides, topo: Topology, nranks: int, where: str) -> Topology:
+    """The fabric a job of nranks ranks on topo (preset or file ref, with overrides) is compiled for, as a
+    job launched on nranks ranks sees it: scale_out.domains = nranks / ranks per domain on a hierarchy,
+    ranks = nranks otherwise. Placement then decides which links its traffic crosses, not its algorithm."""
+    local = topo.nranks // topo.domains
+    if topo.kind == "hierarchical":
+        if nranks % local:
+            raise ConfigError(f"{where}: ranks: {nranks}: expected a multiple of the {local} ranks per domain of "
+                              f"{topo.name}")
+        resize = f"scale_out.domains={nranks // local}"
+    else:
+        resize = f"ranks={nranks}"
+    try:
+        return load_topology(ref, [*overrides, resize])
+    except HcclSimError as e:
+        raise type(e)(f"{where}: ranks: {e}") from None
+
+
+def compile_job(group: Topology, collective: str, algo: Algorithm, size: int, dtype_size: int,
+                where: str) -> tuple[Job, int]:
+    """The collective compiled for its job fabric (job_fabric), not yet placed, and the size it times
+    (nccl-tests' rounding)."""
+    problem = Problem(collective, group, 0)
+    why = algo.unsupported(problem)
+    if why:
+        raise ConfigError(f"{where}: algorithm: {algo.label} does not run here: {why}")
+    sz = C.sizing(collective, size, dtype_size, group.nranks)
+    return Job(algo.compile(problem, algo.structure_key(problem, sz, dtype_size)), sz.block_elems, dtype_size), sz.size_bytes
 
 
 def merge(jobs: list[Job], topo: Topology) -> tuple[Schedule, np.ndarray]:

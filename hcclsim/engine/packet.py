@@ -60,7 +60,7 @@ PS_LIMIT = 1 << 62                # picoseconds a point's times may reach (53 da
 # int64) and the link's 5 parameters; a node's rows (ranks and switches, 8 int64 at most) and table.
 BYTES_PER_TRANSFER, BYTES_PER_HOP, BYTES_PER_DEP, BYTES_PER_PACKET, BYTES_PER_BUCKET = 480, 8, 40, 128, 1024
 BYTES_PER_LINK, BYTES_PER_NODE = 200, 100
-STAT_NAMES = ("events", "peak_queue_bytes", "table_peak_entries", "table_stall_us", "busiest_link_util")
+STAT_NAMES = ("events", "peak_queue_bytes", "table_peak_entries", "table_stall_us", "table_bypass", "busiest_link_util")
 
 
 @njit
@@ -93,6 +93,9 @@ class PacketProblem:
     job_fan_ptr: np.ndarray
     job_fan_idx: np.ndarray
     job_pk_ptr: np.ndarray
+    addr_ptr: np.ndarray         # merge_order: contribution x issues addresses addr[addr_ptr[x]:]; both empty: in order
+    addr: np.ndarray
+    job_bypass: np.ndarray       # per job: a request that finds the table full goes on unmerged (table_full)
     link_ser: np.ndarray
     link_lat: np.ndarray
     link_buf: np.ndarray
@@ -126,7 +129,7 @@ class PacketProblem:
 
     def args(self, want_trace: bool):
         return (self.xt, self.path_links, self.child_ptr, self.child_idx, self.order_ptr, self.order_idx, self.ndeps, self.jobs, self.job_fan_ptr,
-                self.job_fan_idx, self.job_pk_ptr, self.link_ser, self.link_lat, self.link_buf, self.link_cut,
+                self.job_fan_idx, self.job_pk_ptr, self.addr_ptr, self.addr, self.job_bypass, self.link_ser, self.link_lat, self.link_buf, self.link_cut,
                 self.node_table, self.nranks, self.engines, self.issue_ps,
                 np.zeros(len(self.xt), np.int64) if self.release_ps is None else self.release_ps,
                 np.zeros(len(self.xt), np.int64) if self.jitter_ps is None else self.jitter_ps,
@@ -409,6 +412,7 @@ def prepare(schedule: Schedule, topo: Topology, block_elems: int, dtype_size: in
     max_delay = 2 * int((max_pk * link_ser.max()) >> K.FIX) + int(link_lat.max()) + issue_ps \
         + ((max_pk * reduce_ser) >> K.FIX) + 1
     release = _spread(ex["src"], src, job_of, jobs, s.nranks, topo)
+    addr_ptr, addr = _issue_order(ex["src"], xt, jobs, fan_ptr, s.nranks, topo)
     max_delay += int(release.max(initial=0))
     nbuckets = 1 << int(np.ceil(np.log2((max_delay >> wsh) + 3)))
     return PacketProblem(
@@ -416,10 +420,65 @@ def prepare(schedule: Schedule, topo: Topology, block_elems: int, dtype_size: in
         order_ptr=order_ptr, order_idx=order_idx,
         ndeps=np.diff(dptr).astype(np.int64), jobs=jobs, job_fan_ptr=fan_ptr, job_fan_idx=fan_idx,
         job_pk_ptr=np.concatenate([[0], np.cumsum(npk[fan_idx[fan_ptr[:-1]]] if len(jobs) else [])]).astype(np.int64),
-        link_ser=link_ser, link_lat=link_lat, link_buf=link_buf.astype(np.int64), link_cut=link_cut,
+        addr_ptr=addr_ptr, addr=addr, job_bypass=_bypass(job_of, jobs, fan_ptr, fan_idx, topo), link_ser=link_ser, link_lat=link_lat, link_buf=link_buf.astype(np.int64), link_cut=link_cut,
         node_table=node_table, nranks=n, engines=int(ep.message_engines or (1 << 40)), issue_ps=issue_ps,
         reduce_ser=reduce_ser, wsh=wsh, nbuckets=nbuckets, explicit=ex, max_delay=max_delay,
         release_ps=release if release.any() else None)
+
+
+def _contributors(xt: np.ndarray, jobs: np.ndarray, fan_ptr: np.ndarray) -> np.ndarray:
+    """The transfers from a rank into a job that takes table entries (the kernel's rule: more than one
+    contribution or more than one fan-out; a relay takes none)."""
+    j = xt[:, K.X_JOB]
+    x = np.nonzero((j >= 0) & (xt[:, K.X_RANKSRC] == 1))[0]
+    return x[(jobs[j[x], 1] > 1) | (np.diff(fan_ptr)[j[x]] > 1)]
+
+
+def _in_order(xt: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(addr_ptr, position within its transfer, owner's index in x) of every packet of contributions x."""
+    n = xt[x, K.X_NPK]
+    starts = np.cumsum(n) - n
+    addr_ptr = np.zeros(len(xt), np.int64)
+    addr_ptr[x] = starts
+    pos = np.arange(int(n.sum()), dtype=np.int64) - np.repeat(starts, n)
+    return addr_ptr, pos, np.repeat(np.arange(len(x)), n)
+
+
+def _issue_order(rank, xt, jobs, fan_ptr, nranks, topo) -> tuple[np.ndarray, np.ndarray]:
+    """(addr_ptr, addr): contribution x issues its i-th packet to address addr[addr_ptr[x] + i], in the order
+    its switch tier's merge_order says (PacketParams.merge_order): rotated, schedule rank r of N starts at
+    address floor(r npk / N); shuffled, a permutation per transfer drawn from merge_seed. Both empty when
+    every contribution issues in order (aligned)."""
+    empty = np.zeros(0, np.int64)
+    if all(tr.packet.merge_order == "aligned" for tr in topo.tiers):
+        return empty, empty
+    x = _contributors(xt, jobs, fan_ptr)
+    tier = topo.node_tier[jobs[xt[x, K.X_JOB], 0]]
+    kind = np.array([tr.packet.merge_order for tr in topo.tiers])[tier]
+    if (kind == "aligned").all():
+        return empty, empty
+    addr_ptr, pos, owner = _in_order(xt, x)
+    npk = xt[x, K.X_NPK]
+    keys = np.zeros(len(pos))
+    seed = np.array([tr.packet.merge_seed for tr in topo.tiers])[tier]
+    for s in np.unique(seed[kind == "shuffled"]):
+        mine = np.repeat((kind == "shuffled") & (seed == s), npk)
+        keys[mine] = np.random.default_rng(int(s)).random(int(mine.sum()))
+    addr = np.lexsort((keys, owner)) - (np.arange(len(pos)) - pos)     # in order where keys tie (all but shuffled)
+    rotated = np.repeat(kind == "rotated", npk)
+    shift = np.repeat(rank[x] * npk // max(nranks, 1), npk)
+    addr[rotated] = (pos[rotated] + shift[rotated]) % np.repeat(npk, npk)[rotated]
+    return addr_ptr, addr.astype(np.int64)
+
+
+def _bypass(job_of, jobs, fan_ptr, fan_idx, topo) -> np.ndarray:
+    """Per job, 1 where its switch tier's table_full is "bypass" (PacketParams.table_full), unless a fan-out of
+    the job contributes to another job (a piece sent on would count there as a whole contribution)."""
+    if not len(jobs):
+        return np.zeros(0, np.int64)
+    byp = np.array([tr.packet.table_full == "bypass" for tr in topo.tiers])[topo.node_tier[jobs[:, 0]]]
+    onward = np.maximum.reduceat((job_of[fan_idx] >= 0).astype(np.int64), fan_ptr[:-1]) if len(fan_idx) else 0
+    return (byp & (onward == 0)).astype(np.int64)
 
 
 def _spread(rank, src, job_of, jobs, nranks, topo) -> np.ndarray:
@@ -455,13 +514,18 @@ def simulate(problem: PacketProblem, budget: int | None = None, want_trace: bool
         B.check(sum(parts.values()), f"--engine packet: this point ({len(problem.xt):.3g} transfers, {events:.3g} "
                 f"events)", advice(parts))
     finish, start, busy, stats, trace = K.packet_kernel(*problem.args(want_trace))
+    if stats[K.S_BLOCKED]:
+        raise ConfigError(f"--engine packet: {stats[K.S_BLOCKED]} transfers wait for ever for a merge-table entry: "
+                          f"the ranks issue addresses in different orders (merge_order) and a request that finds "
+                          f"the table full waits (table_full = \"wait\"), so each holds entries the others need; "
+                          f"set table_full = \"bypass\" or a larger reduction_table_entries")
     if stats[K.S_UNFINISHED]:
         raise InternalError(f"packet engine: {stats[K.S_UNFINISHED]} transfers never finished (deadlock)")
     done = int(finish.max()) if len(finish) else 0
     util = float(busy.max() / done) if done else 0.0
     named = {"events": int(stats[K.S_EVENTS]), "peak_queue_bytes": int(stats[K.S_PEAK_QUEUE]),
              "table_peak_entries": int(stats[K.S_TABLE_PEAK]), "table_stall_us": stats[K.S_TABLE_STALL] / 1e6,
-             "busiest_link_util": util}
+             "table_bypass": int(stats[K.S_BYPASS]), "busiest_link_util": util}
     return PacketRun(time=done / 1e12, finish=finish, start=start, link_busy=busy / 1e12, stats=named,
                      trace=trace, problem=problem)
 
@@ -512,6 +576,8 @@ def _merge(parts: list[PacketProblem]) -> PacketProblem:
     zero = np.zeros(1, np.int64)
     xs, paths, cptr, cidx, jobs, fptr, fidx, kptr = [], [], [zero], [], [], [zero], [], [zero]
     optr, oidx = [zero], []
+    ordered = any(len(p.addr) for p in parts)
+    aptr, addr = [], []
     nx = npath = nchild = norder = njob = nfan = nent = 0
     for p in parts:
         xt = p.xt.copy()
@@ -528,6 +594,10 @@ def _merge(parts: list[PacketProblem]) -> PacketProblem:
         fptr.append(p.job_fan_ptr[1:] + nfan)
         fidx.append(p.job_fan_idx + nx)
         kptr.append(p.job_pk_ptr[1:] + nent)
+        if ordered:            # a part issuing in order gets its identity order, so the merged one reads right
+            own = (p.addr_ptr, p.addr) if len(p.addr) else _in_order(p.xt, _contributors(p.xt, p.jobs, p.job_fan_ptr))[:2]
+            aptr.append(own[0] + sum(len(a) for a in addr))
+            addr.append(own[1])
         nx, npath, nchild = nx + len(xt), npath + len(p.path_links), nchild + len(p.child_idx)
         njob, nfan, nent = njob + len(p.jobs), nfan + len(p.job_fan_idx), nent + int(p.job_pk_ptr[-1])
     first = parts[0]
@@ -537,7 +607,8 @@ def _merge(parts: list[PacketProblem]) -> PacketProblem:
         order_idx=np.concatenate(oidx).astype(np.int64), ndeps=np.concatenate([p.ndeps for p in parts]),
         jobs=np.concatenate(jobs).reshape(-1, 2), job_fan_ptr=np.concatenate(fptr).astype(np.int64),
         job_fan_idx=np.concatenate(fidx).astype(np.int64), job_pk_ptr=np.concatenate(kptr).astype(np.int64),
-        link_ser=first.link_ser, link_lat=first.link_lat, link_buf=first.link_buf, link_cut=first.link_cut,
+        addr_ptr=np.concatenate(aptr) if ordered else first.addr_ptr, addr=np.concatenate(addr) if ordered else first.addr,
+        job_bypass=np.concatenate([p.job_bypass for p in parts]), link_ser=first.link_ser, link_lat=first.link_lat, link_buf=first.link_buf, link_cut=first.link_cut,
         node_table=first.node_table, nranks=first.nranks, engines=first.engines, issue_ps=first.issue_ps,
         reduce_ser=first.reduce_ser, wsh=min(p.wsh for p in parts), nbuckets=max(p.nbuckets for p in parts),
         max_delay=max(p.max_delay for p in parts),

@@ -19,10 +19,18 @@ Model (docs/packet.md):
   switching latency;
 * in-switch reduction ("jobs"): the switch's merge table holds one entry per packet address being
   merged (its counter of contributions); the first contributor to send a packet reserves the entry
-  (waiting while the table is full, later contributors find it), and when the last contribution of
-  the packet is in, the switch multicasts it on every fan-out transfer and frees the entry. A job of
-  one contribution and one fan-out only relays (a PUT into a switch that forwards it) and takes no entry;
-* a packet that a rank reduces on arrival queues for the rank's reduction unit.
+  (later contributors find it), and when the last contribution of the packet is in, the switch
+  multicasts it on every fan-out transfer and frees the entry. A job of one contribution and one
+  fan-out only relays (a PUT into a switch that forwards it) and takes no entry. With the table full a
+  request waits (FIFO), or with job_bypass goes on unmerged: its packet's index is address + npk, the
+  switch sends it on to every fan-out as a piece of the address (index npk + address, not one of the
+  fan-out's npk packets: T_DELIV and T_NEXTPK step back to make room for it), and the address's result
+  leaves when merged + bypassed requests reach the count (its last piece, index past npk too, when no
+  entry merged any). A contribution issues addresses in the order addr[addr_ptr[x]:] (merge_order), so
+  results may leave out of address order; a fan-out's packets are then numbered as sent (T_QUEUED
+  counts them), so that its last one is still the one seen arriving;
+* a packet that a rank reduces on arrival queues for the rank's reduction unit, and so (with a reduction
+  bandwidth) does every packet of a split address, its index past npk.
 
 Two kinds of event skip the calendar when nothing waits for them, which leaves about two queued
 events per packet on a two-hop path instead of four (S_EVENTS still counts them, S_QUEUED not):
@@ -97,8 +105,10 @@ G_DONE, G_HEAP, G_BUCKETS, G_PACKETS, G_TRACE = range(5)
 # statistics
 # S_EVENTS counts every event of the model, S_QUEUED those that went through the calendar (the others:
 # arrivals and TX_DONEs that nothing waited for, module docstring)
-S_EVENTS, S_PEAK_QUEUE, S_TABLE_PEAK, S_TABLE_STALL, S_UNFINISHED, S_QUEUED = range(6)
-NSTATS = 6
+# S_BYPASS: requests that went on unmerged (table_full = "bypass"); S_BLOCKED: transfers still waiting for an
+# entry when nothing else can happen (table_full = "wait" with the GPUs' orders differing: a deadlock)
+S_EVENTS, S_PEAK_QUEUE, S_TABLE_PEAK, S_TABLE_STALL, S_UNFINISHED, S_QUEUED, S_BYPASS, S_BLOCKED = range(8)
+NSTATS = 8
 
 
 @njit
@@ -178,6 +188,7 @@ def _new_packet(pk, xs, path_links, ls, x, k, nb, now, p):
 
 @njit
 def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_fan_ptr, job_fan_idx, job_pk_ptr, jk_count, jk_held,
+         jk_split, addr_ptr, addr, job_bypass,
          finish, start, blocked_at, ls, lt, rs, ns, pk, tr, bk, bc, btmp, heap, work, qstack, z, stats,
          nranks, issue_ps, rel_ps, jit_ps, reduce_ser, wsh, nbuckets, want_trace):
     """Run events and actions until every event is done (G_DONE) or an array must grow (G_*).
@@ -245,7 +256,8 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
                 ident = l2
             else:
                 xo = U(pk[po + P_X]) << TSH
-                if xs[xo + T_REDUCE] == 1:
+                if xs[xo + T_REDUCE] == 1 or (reduce_ser > 0 and pk[po + P_IDX] >= xs[xo + T_NPK] and xs[xo + T_FUSED] == 1
+                                              and xs[xo + T_DST] < nranks):   # a piece of a split address
                     ro = U(xs[xo + T_DST]) << RSH                   # queue for the rank's reduction unit
                     t = now + ((pk[po + P_BYTES] * reduce_ser) >> FIX)
                     if not _room(bc, nheap, hcap, csh, cur, wsh, mask, t, 1):
@@ -353,7 +365,7 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
                     lt[2 * lk + 1] = done
             x = pk[po + P_X]
             xo = U(x) << TSH
-            if cont or xs[xo + T_JOB] >= 0 or xs[xo + T_REDUCE] != 0 or pk[po + P_IDX] == xs[xo + T_NPK] - 1:
+            if cont or xs[xo + T_JOB] >= 0 or xs[xo + T_REDUCE] != 0 or pk[po + P_IDX] >= xs[xo + T_NPK] - 1:
                 nheap, bmax = _queue(bk, bc, heap, nheap, csh, cur, wsh, mask, arrive, (EV_ARRIVE << IDB) | lk, bmax)
                 pk[po + P_TAIL] = done + lat
                 pk[po + P_NEXT] = -1                                # onto the link's wire, in order
@@ -410,11 +422,22 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
             if xs[xo + T_QUEUED] != 0 or k >= xs[xo + T_NPK]:
                 continue
             j = xs[xo + T_JOB]
+            a = k                                                   # the packet's address (its index in the job)
+            mark = 0                                                # T_NPK: it bypasses the table
             if j >= 0 and (jobs[2 * j + 1] > 1 or job_fan_ptr[j + 1] - job_fan_ptr[j] > 1):   # a relay needs no entry
-                e = job_pk_ptr[j] + k
+                if len(addr) > 0:                                   # merge_order: this rank's order of addresses
+                    a = addr[addr_ptr[x] + k]
+                e = job_pk_ptr[j] + a
                 if jk_held[e] == 0:
                     so = U(jobs[2 * j]) << NSH
-                    if ns[so + N_USED] >= ns[so + N_TABLE]:         # the table is full: wait in FIFO order
+                    if ns[so + N_USED] < ns[so + N_TABLE]:
+                        jk_held[e] = 1
+                        ns[so + N_USED] += 1
+                        stats[S_TABLE_PEAK] = max(stats[S_TABLE_PEAK], ns[so + N_USED])
+                    elif job_bypass[j] != 0:                        # the table is full: on unmerged
+                        mark = xs[xo + T_NPK]
+                        stats[S_BYPASS] += 1
+                    else:                                           # the table is full: wait in FIFO order
                         if blocked_at[x] < 0:
                             blocked_at[x] = now
                         xs[xo + T_XNEXT] = -1
@@ -424,20 +447,17 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
                             xs[(U(ns[so + N_TWT]) << TSH) + T_XNEXT] = x
                         ns[so + N_TWT] = x
                         continue
-                    jk_held[e] = 1
-                    ns[so + N_USED] += 1
-                    stats[S_TABLE_PEAK] = max(stats[S_TABLE_PEAK], ns[so + N_USED])
                 if blocked_at[x] >= 0:
                     stats[S_TABLE_STALL] += now - blocked_at[x]
                     blocked_at[x] = -1
-            nb = xs[xo + T_LASTB] if k == xs[xo + T_NPK] - 1 else xs[xo + T_PKB]
+            nb = xs[xo + T_LASTB] if a == xs[xo + T_NPK] - 1 else xs[xo + T_PKB]
             if free_top >= 0:
                 p = free_top
                 free_top = pk[(U(p) << PSH) + P_NEXT]
             else:
                 p = nslots
                 nslots += 1
-            l0 = _new_packet(pk, xs, path_links, ls, x, k, nb, now, p)
+            l0 = _new_packet(pk, xs, path_links, ls, x, a + mark, nb, now, p)
             xs[xo + T_NEXTPK] = k + 1
             xs[xo + T_QUEUED] = 1
             act = A_TRY
@@ -449,7 +469,7 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
             x = pk[po + P_X]
             xo = U(x) << TSH
             j = xs[xo + T_JOB]
-            if j >= 0 and nslots + job_fan_ptr[j + 1] - job_fan_ptr[j] > pkcap:
+            if j >= 0 and nslots + 2 * (job_fan_ptr[j + 1] - job_fan_ptr[j]) > pkcap:
                 code = G_PACKETS
                 break
             k = pk[po + P_IDX]
@@ -461,31 +481,58 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
                 finish[x] = now
                 nxt = (x << 4) | A_COMPLETE
             if j >= 0:                                              # a contribution to an in-switch job
+                part = False                                        # this one goes on alone (bypassed)
+                if k >= xs[xo + T_NPK]:                             # it bypassed the table
+                    k -= xs[xo + T_NPK]
+                    part = True
                 e = job_pk_ptr[j] + k
                 jk_count[e] += 1
-                if jk_count[e] == jobs[2 * j + 1]:
+                fin = jk_count[e] == jobs[2 * j + 1]                # the address is complete: its result goes out
+                if part:
+                    jk_split[e] = jobs[2 * j + 1] > 1               # pieces to add up at the destinations
+                    part = not fin or jk_held[e] != 0               # unless it is the result itself
+                if fin or part:
                     sw = jobs[2 * j]
                     so = U(sw) << NSH
-                    ns[so + N_USED] -= jk_held[e]                   # a relay held none
-                    jk_held[e] = 0
+                    if fin:
+                        ns[so + N_USED] -= jk_held[e]               # a relay held none
+                        jk_held[e] = 0
                     for f in range(job_fan_ptr[j], job_fan_ptr[j + 1]):
                         m = job_fan_idx[f]
                         mo = U(m) << TSH
                         if start[m] < 0:
                             start[m] = now
-                        nb = xs[mo + T_LASTB] if k == xs[mo + T_NPK] - 1 else xs[mo + T_PKB]
-                        if free_top >= 0:
-                            q = free_top
-                            free_top = pk[(U(q) << PSH) + P_NEXT]
-                        else:
-                            q = nslots
-                            nslots += 1
-                        lm = _new_packet(pk, xs, path_links, ls, m, k, nb, now, q)
+                        npm = xs[mo + T_NPK]
+                        nb = xs[mo + T_LASTB] if k == npm - 1 else xs[mo + T_PKB]
+                        if part:                                    # a piece of the address, unmerged: its
+                            if free_top >= 0:                       # index past npm says so, and it is not
+                                q = free_top                        # one of the transfer's npm packets
+                                free_top = pk[(U(q) << PSH) + P_NEXT]
+                            else:
+                                q = nslots
+                                nslots += 1
+                            lm = _new_packet(pk, xs, path_links, ls, m, npm + k, nb, now, q)
+                            xs[mo + T_DELIV] -= 1
+                            xs[mo + T_NEXTPK] -= 1
+                        if fin:
+                            idx = k
+                            if len(addr) > 0 and xs[mo + T_JOB] < 0:    # results leave out of address order:
+                                idx = xs[mo + T_QUEUED]             # number them as sent (the last one is seen)
+                                xs[mo + T_QUEUED] = idx + 1
+                            if jk_split[e] != 0:                    # the last piece of a split address
+                                idx += npm
+                            if free_top >= 0:
+                                q = free_top
+                                free_top = pk[(U(q) << PSH) + P_NEXT]
+                            else:
+                                q = nslots
+                                nslots += 1
+                            lm = _new_packet(pk, xs, path_links, ls, m, idx, nb, now, q)
                         if nxt >= 0:
                             work[U(nwork)] = nxt
                             nwork += 1
                         nxt = (lm << 4) | A_TRY
-                    if ns[so + N_TWH] >= 0:
+                    if fin and ns[so + N_TWH] >= 0:
                         if nxt >= 0:
                             work[U(nwork)] = nxt
                             nwork += 1
@@ -620,7 +667,7 @@ def _rows(tr, ntr):
 
 @njit
 def packet_kernel(xt, path_links, child_ptr, child_idx, order_ptr, order_idx, ndeps0, jobs, job_fan_ptr, job_fan_idx, job_pk_ptr,
-                  link_ser, link_lat, link_buf, link_cut, node_table, nranks, engines, issue_ps, rel_ps, jit_ps,
+                  addr_ptr, addr, job_bypass, link_ser, link_lat, link_buf, link_cut, node_table, nranks, engines, issue_ps, rel_ps, jit_ps,
                   reduce_ser, wsh, nbuckets, want_trace):
     """Simulate every transfer of an explicit schedule.
 
@@ -663,6 +710,7 @@ def packet_kernel(xt, path_links, child_ptr, child_idx, order_ptr, order_idx, nd
     nentries = job_pk_ptr[len(job_pk_ptr) - 1]
     jk_count = np.zeros(nentries, np.int64)
     jk_held = np.zeros(nentries, np.int64)
+    jk_split = np.zeros(nentries, np.int64)                # 1: an address some request bypassed
     finish = np.full(X, -1, np.int64)
     start = np.full(X, -1, np.int64)
     blocked_at = np.full(X, -1, np.int64)
@@ -688,7 +736,7 @@ def packet_kernel(xt, path_links, child_ptr, child_idx, order_ptr, order_idx, nd
     z[Z_NWORK] = nwork
     while True:
         code = _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobf, job_fan_ptr, job_fan_idx, job_pk_ptr,
-                    jk_count, jk_held, finish, start, blocked_at, ls, lt, rs, ns, pk, tr, bk, bc, btmp, heap, work,
+                    jk_count, jk_held, jk_split, addr_ptr, addr, job_bypass, finish, start, blocked_at, ls, lt, rs, ns, pk, tr, bk, bc, btmp, heap, work,
                     qstack, z, stats, N, issue_ps, rel_ps, jit_ps, reduce_ser, wsh, nbuckets, want_trace)
         if code == G_HEAP:
             heap = _grown(heap, 2 * len(heap))
@@ -719,4 +767,5 @@ def packet_kernel(xt, path_links, child_ptr, child_idx, order_ptr, order_idx, nd
     for x in range(X):
         if finish[x] < 0:
             stats[S_UNFINISHED] += 1
+            stats[S_BLOCKED] += blocked_at[x] >= 0
     return finish, start, busy_ps, stats, _rows(tr, ntr)

@@ -21,10 +21,12 @@ from .params import (
     DOORBELLS,
     EXECUTIONS,
     HIDEABLE,
+    MERGE_ORDERS,
     PROTOCOL_DEFAULTS,
     PROTOCOLS,
     SELECTIONS,
     SWITCHING,
+    TABLE_FULL,
     WIRE_PROTOCOLS,
     Endpoint,
     PacketParams,
@@ -40,7 +42,7 @@ from .topology import (
 )
 
 PACKET_KEYS = {"mtu", "switching", "switch_buffer", "switch_latency", "reduction_table_entries", "merge_spread",
-               "efficiency"}
+               "merge_order", "merge_seed", "table_full", "efficiency"}
 ENDPOINT_KEYS = {"message_engines", "issue_overhead", "reduction_bandwidth", "launch_overhead", "graph_generation",
                  "metadata_copy", "subgraph_schedule", "hidden", "execution", "sm_share", "sm_reduction_bandwidth",
                  "protocol", "channels", "algorithms", "in_switch_latency", "in_switch_efficiency",
@@ -330,6 +332,9 @@ def _packet(table: _Table) -> PacketParams:
                         reduction_table_entries=table.get("reduction_table_entries", _int(1),
                                                           d.reduction_table_entries),
                         merge_spread=table.get("merge_spread", _time, d.merge_spread),
+                        merge_order=table.get("merge_order", _choice(MERGE_ORDERS, "merge_order"), d.merge_order),
+                        merge_seed=table.get("merge_seed", _int(0), d.merge_seed),
+                        table_full=table.get("table_full", _choice(TABLE_FULL, "table_full"), d.table_full),
                         efficiency=table.get("efficiency", _fraction(True), d.efficiency))
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 SWITCHING = ("cut_through", "store_and_forward")
+MERGE_ORDERS = ("aligned", "rotated", "shuffled")
+TABLE_FULL = ("wait", "bypass")
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,16 @@ class PacketParams:
     # packet engine only). 0: coordinated thread blocks, as CAIS aligns them; neither the CAIS paper
     # nor NVIDIA gives an uncoordinated figure, so studies sweep it.
     merge_spread: float = 0.0
+    # The order in which each GPU issues the packets of one contribution into a reducing switch
+    # (MERGE_ORDERS; packet engine only): "aligned", the same order on every GPU (CAIS's coordinated
+    # thread blocks); "rotated", GPU r of N starting r/N of the way in; "shuffled", a random order per
+    # GPU and transfer, drawn from merge_seed. No figure from the paper or NVIDIA: studies vary it.
+    merge_order: str = "aligned"
+    merge_seed: int = 0
+    # What a request that finds no entry for its address and the table full does (TABLE_FULL): "wait"
+    # for one (which can deadlock when the GPUs' orders differ), or "bypass": go on unmerged, the
+    # destinations reduce it (the model's fallback; docs/packet.md). "wait" keeps the aligned results.
+    table_full: str = "wait"
     # Fraction of the link's peak bandwidth a collective library actually pushes over it (read by the
     # execution model, not the network): 1 for the ideal link; presets give NCCL's figure (docs/presets.md).
     efficiency: float = 1.0

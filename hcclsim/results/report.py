@@ -161,7 +161,8 @@ STATS = {"events": ("events", _count, 0),
          "peak_queue_bytes": ("peak\nqueue", lambda x: format_size(int(x)) if math.isfinite(x) else "-", 0),
          "busiest_link_util": ("busiest\nlink", lambda x: f"{x:.1%}" if math.isfinite(x) else "-", 0),
          "table_peak_entries": ("table\nentries", _count, 1),
-         "table_stall_us": ("table\nstall (us)", _num, 1)}
+         "table_stall_us": ("table\nstall (us)", _num, 1),
+         "table_bypass": ("table\nbypass", _count, 1)}
 
 
 def without_zero_bytes(rows: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:

@@ -12,9 +12,10 @@
     size = "256MiB"
     ranks = 64                              # a group size, or the job's fabric ranks as a list
 
-A job's schedule is compiled for a fabric of its own size (the topology with scale_out.domains = G /
-ranks per domain, or ranks = G for a flat one), as a job launched on G ranks would be, then placed on
-the ranks the policy gives it: placement changes which links its traffic crosses, not its algorithm.
+A job's schedule is compiled for a fabric of its own size (concurrent.job_fabric: the topology with
+scale_out.domains = G / ranks per domain, or ranks = G for a flat one), as a job launched on G ranks
+would be, then placed on the ranks the policy gives it: placement changes which links its traffic
+crosses, not its algorithm.
 Rows: per placement, engine and job, the time alone and together (hcclsim.engine.concurrent) and
 the run's busiest links.
 """
@@ -30,7 +31,7 @@ from ..engine.packet import Job
 from ..network.config import DEFAULT_PRESET, load_topology
 from ..network.placement import POLICIES, place
 from ..schedule import collectives as C
-from ..schedule.algorithm import Problem, parse_spec
+from ..schedule.algorithm import parse_spec
 from ..sweeping.sweep import parse_engines
 from .fields import whole_number
 
@@ -103,25 +104,11 @@ def _job(table: dict, k: int, section: str, ref: str, overrides: list, topo, dty
     g = len(ranks) if isinstance(ranks, list) else whole_number(2)(ranks, f"{where}: ranks")
     if not g:
         raise ConfigError(f"{where}: ranks: expected a group size or a non-empty list of ranks, got []")
-    local = topo.nranks // topo.domains
-    if topo.kind == "hierarchical":
-        if g % local:
-            raise ConfigError(f"{where}: ranks: {g}: expected a multiple of the {local} ranks per domain of {topo.name}")
-        resize = f"scale_out.domains={g // local}"
-    else:
-        resize = f"ranks={g}"
-    group = _in(f"{where}: ranks", load_topology, ref, [*overrides, resize])
+    group = concurrent.job_fabric(ref, overrides, topo, g, where)
     algo = parse_spec(_text(table.get("algorithm", "ring"), f"{where}: algorithm"), f"{where}: algorithm")
-    problem = Problem(coll, group, 0)
-    why = algo.unsupported(problem)
-    if why:
-        raise ConfigError(f"{where}: algorithm: {algo.label} does not run here: {why}")
-    ws = DTYPE_SIZE[dtype]
-    sz = C.sizing(coll, size, ws, g)
-    schedule = algo.compile(problem, algo.structure_key(problem, sz, ws))
+    job, timed = concurrent.compile_job(group, coll, algo, size, DTYPE_SIZE[dtype], where)
     return {"label": _text(table.get("label", f"job{k}"), f"{where}: label"), "collective": coll,
-            "algorithm": algo.label, "size": sz.size_bytes, "ranks": ranks, "nranks": g,
-            "job": Job(schedule, sz.block_elems, ws)}
+            "algorithm": algo.label, "size": timed, "ranks": ranks, "nranks": g, "job": job}
 
 
 def run_section(spec: dict) -> pd.DataFrame:

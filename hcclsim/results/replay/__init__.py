@@ -1,1 +1,2 @@
-"""`hccl-bench replay`: collectives read from real traces (formats.py) and timed on a topology (timing.py)."""
+"""`hccl-bench replay`: collectives read from real traces (formats.py, chakra_pb.py for protobuf) and timed on
+a topology, each trace alone (timing.py) or several as jobs sharing it (jobs.py)."""

@@ -1,13 +1,15 @@
 """Reading the collectives of a real program from its traces, for `hccl-bench replay` (docs/replay.md).
 
-Three formats, told apart by their content (gzipped or not):
+Four formats, told apart by their content (gzipped or not):
 
 * PyTorch profiler (Kineto) Chrome traces: the ``record_param_comms`` CPU ops and their args, and the
   NCCL / RCCL kernels. Arg names as PyTorch writes them (torch/csrc/distributed/c10d/ParamCommsUtils.hpp,
   PyTorch >= 2.1; checked against HolisticTraceAnalysis tests/data/nccl_parser_config/nccl_data.json.gz,
   NCCL 2.17.1, which also copies them onto the kernel). A kernel is linked to its record by its launch:
   the ``cuda_runtime`` / ``hip_runtime`` event of the same ``correlation``, inside the record's [ts, ts+dur]
-  on the same thread. Older traces (no args on the record) give the kernel's kind and time, no size.
+  on the same thread. Older traces (no args on the record) give the kernel's kind and time, and the size
+  where ProcessGroupNCCL's "nccl:NAME" annotation around the launch has its "Input Dims" and "Input type"
+  (the input tensor; PyTorch 2.0, as facebookresearch/param example_input_files/chakra_traces/dlrm_kineto).
 * Chakra / PyTorch execution traces, JSON (schema 1.0.3+, "1.1.0-chakra.0.0.4" as in facebookresearch/param
   et_replay/tests/inputs): ``record_param_comms`` nodes and their ``attrs`` (collective_name, dtype,
   in_msg_nelems, out_msg_nelems, in/out_split_size, pg_name, pg_size), as PARAM's et_replay reads them
@@ -15,6 +17,7 @@ Three formats, told apart by their content (gzipped or not):
 * PARAM's basic comms-replay traces: a JSON list of {"comms", "in_msg_size", "out_msg_size" (elements),
   "dtype", "world_size", "pg_id", "global_ranks", "startTime_ns", "in_split", "out_split"} and {"compute"}
   entries (train/comms/pt/commsTraceParser.py _parseBasicTraceComms, param commit c44b289^). No durations.
+* Chakra execution traces in protobuf (.et, as ASTRA-sim runs them): chakra_pb.py.
 
 A file that does not read whole is refused naming the file and the event or key; a record of a kind
 hccl-bench does not model is kept, counted under its name, never dropped.
@@ -31,11 +34,14 @@ from dataclasses import dataclass, field
 from ...core.errors import ConfigError
 from ...core.units import DTYPE_SIZE
 from ...schedule import collectives as C
+from . import chakra_pb
 
 # PyTorch's ScalarType names (c10/core/ScalarType.h) as record_param_comms writes them, lower-cased.
+# The profiler's "Input type" spells them as C++ does (c10::Half, long int, unsigned char).
 TORCH_DTYPES = {"float": "float32", "half": "float16", "bfloat16": "bfloat16", "double": "float64",
                 "long": "int64", "int": "int32", "byte": "uint8", "char": "int8", "bool": "uint8",
-                "float8_e4m3fn": "float8_e4m3", "float8_e5m2": "float8_e5m2"}
+                "float8_e4m3fn": "float8_e4m3", "float8_e5m2": "float8_e5m2", "long int": "int64",
+                "unsigned char": "uint8", "signed char": "int8"}
 # ProcessGroupNCCL's collective names (and PARAM's), letters only, lower-case -> hccl-bench's collective.
 # all_to_allv when the splits are given, else all_to_all (alltoall_base is both in PyTorch).
 KINDS = {"allreduce": C.ALL_REDUCE, "allgather": C.ALL_GATHER, "allgatherbase": C.ALL_GATHER,
@@ -66,6 +72,8 @@ class Record:
     start_us: float | None = None
     measured_us: float | None = None
     splits: tuple = ()             # all_to_allv: elements this rank sends to each peer
+    over_ranks: int | None = None  # the ranks of one job (ranks.py): how many ranks measured_us is the minimum of
+    measured_max_us: float | None = None     # ... and the slowest rank's kernel time
 
     @property
     def size_bytes(self) -> int | None:
@@ -74,16 +82,17 @@ class Record:
         if self.kind is None or self.dtype is None or self.count_in is None:
             return None
         count = self.count_out if self.kind == C.ALL_GATHER else self.count_in
-        return int(count) * DTYPE_SIZE[self.dtype]
+        return None if count is None else int(count) * DTYPE_SIZE[self.dtype]
 
 
 @dataclass
 class Trace:
     path: str
-    format: str                    # kineto, chakra-json, param
+    format: str                    # kineto, chakra-json, param, chakra-pb
     records: list[Record]
     compute: list = field(default_factory=list)    # (stream, start_us, end_us) of non-NCCL kernels
     hardware: str = ""             # the trace's device name, where it says
+    world: tuple = ()              # (rank, world size) from a Kineto trace's distributedInfo, where it says
 
     @property
     def unmodelled(self) -> Counter:
@@ -97,7 +106,7 @@ def kind_of(name: str, splits=()) -> str | None:
 
 
 def _dtype(value, where: str) -> str:
-    key = str(value).strip().lower().replace("torch.", "")
+    key = str(value).strip().lower().replace("torch.", "").replace("c10::", "")
     if key in DTYPE_SIZE:
         return key
     if key not in TORCH_DTYPES:
@@ -161,19 +170,22 @@ PARAM_KEYS = {"in": "in_msg_size", "out": "out_msg_size", "dtype": "dtype", "siz
               "group": "pg_id", "ranks": "global_ranks", "split": "in_split"}
 
 
-def load(path: str):
-    """The file's JSON, gzipped or not; refused whole when it does not parse."""
+def load(path: str) -> bytes:
+    """The file's bytes, gunzipped when gzipped; refused whole when the gzip stream is cut short."""
     try:
         with open(path, "rb") as f:
             data = f.read()
     except OSError as e:
         raise ConfigError(f"{path}: cannot read ({e.strerror or e})") from None
     try:
-        if data[:2] == b"\x1f\x8b":
-            data = gzip.decompress(data)
-        return json.loads(data)
+        return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
     except (OSError, EOFError, gzip.BadGzipFile) as e:
         raise ConfigError(f"{path}: not a readable gzip file ({e})") from None
+
+
+def _json(path: str, data: bytes):
+    try:
+        return json.loads(data)
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 JSON") from None
     except json.JSONDecodeError as e:
@@ -181,8 +193,20 @@ def load(path: str):
 
 
 def read(path: str) -> Trace:
-    """The collectives of one trace file, in the order they started."""
+    """The collectives of one trace file, in the order they started. JSON when it starts as JSON does (a
+    Chakra protobuf stream whose first length byte reads as '{' or '[' is tried when the JSON does not
+    parse), else a Chakra protobuf stream."""
     data = load(path)
+    if data.lstrip()[:1] not in (b"{", b"["):
+        return _chakra_pb(path, data)
+    try:
+        data = _json(path, data)
+    except ConfigError as not_json:
+        try:
+            chakra_pb.frames(data, path)
+        except ConfigError:
+            raise not_json from None
+        return _chakra_pb(path, data)
     if isinstance(data, dict) and "traceEvents" in data:
         return _kineto(path, data)
     if isinstance(data, dict) and "nodes" in data and "schema" in data:
@@ -205,7 +229,7 @@ def _kineto(path: str, data: dict) -> Trace:
     events = data["traceEvents"]
     if not isinstance(events, list):
         raise ConfigError(f"{path}: traceEvents: expected a list")
-    comms, kernels, launches, compute = [], [], {}, []
+    comms, kernels, launches, compute, annotations = [], [], {}, [], []
     for i, e in enumerate(events):
         if not isinstance(e, dict):
             raise ConfigError(f"{path}: traceEvents[{i}]: expected an object, got {type(e).__name__}")
@@ -215,6 +239,8 @@ def _kineto(path: str, data: dict) -> Trace:
             continue
         if cat == "cpu_op" and name == "record_param_comms":
             comms.append((i, e, _event_number(e, "ts", where), _event_number(e, "dur", where), where))
+        elif cat == "user_annotation" and name.startswith("nccl:") and "Input Dims" in args:
+            annotations.append((e, _event_number(e, "ts", where), _event_number(e, "dur", where), where))
         elif cat in RUNTIME and "correlation" in args:
             launches[args["correlation"]] = e
         elif cat == "kernel":
@@ -233,6 +259,12 @@ def _kineto(path: str, data: dict) -> Trace:
         rec.start_us = ts
         records.append(rec)
         linked[(e.get("pid"), e.get("tid"), ts, dur)] = rec
+    if not records:              # PyTorch < 2.1: ProcessGroupNCCL's annotations carry the sizes
+        for e, ts, dur, where in annotations:
+            rec = _annotated(e, where)
+            rec.start_us = ts
+            records.append(rec)
+            linked[(e.get("pid"), e.get("tid"), ts, dur)] = rec
     spans = sorted(linked)
     for e, ts, dur, word, where in kernels:
         rec = _kernel_record(e, ts, dur, word, where, launches, spans, linked)
@@ -241,7 +273,37 @@ def _kineto(path: str, data: dict) -> Trace:
     records.sort(key=lambda r: r.start_us)
     devices = data.get("deviceProperties") or []
     hardware = devices[0].get("name", "") if devices and isinstance(devices[0], dict) else ""
-    return Trace(path, "kineto", records, compute, hardware)
+    return Trace(path, "kineto", records, compute, hardware, _world(path, data.get("distributedInfo")))
+
+
+def _world(path: str, info) -> tuple:
+    """(rank, world size) from distributedInfo; () without it."""
+    if not isinstance(info, dict) or "rank" not in info or "world_size" not in info:
+        return ()
+    rank, size = info["rank"], info["world_size"]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (rank, size)) or not 0 <= rank < size:
+        raise ConfigError(f"{path}: distributedInfo: rank {rank!r} of world_size {size!r}: expected whole numbers, "
+                          f"0 <= rank < world_size")
+    return rank, size
+
+
+def _annotated(e: dict, where: str) -> Record:
+    """A record from an "nccl:NAME" annotation: its first input is the collective's input tensor (shape and
+    C++ element type). AllGather's output is not in it: no size (listed, not timed)."""
+    args = e["args"]
+    name = e["name"][len("nccl:"):]
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    if not (isinstance(dims, list) and dims and isinstance(dims[0], list) and isinstance(types, list) and types):
+        raise ConfigError(f"{where}: Input Dims / Input type: expected the input tensor's shape and type, got "
+                          f"{dims!r} / {types!r}")
+    count = 1
+    for d in dims[0]:
+        count *= _count(d, where, "Input Dims")
+    rec = Record(name, kind_of(name))
+    if rec.kind is not None:
+        rec.dtype, rec.count_in = _dtype(types[0], where), count
+        rec.count_out = None if rec.kind == C.ALL_GATHER else count
+    return rec
 
 
 def _kernel_record(e, ts, dur, word, where, launches, spans, linked):
@@ -293,6 +355,13 @@ def _chakra(path: str, data: dict) -> Trace:
         rec.start_us = float(i)        # execution traces keep the order, not the time
         records.append(rec)
     return Trace(path, "chakra-json", records)
+
+
+def _chakra_pb(path: str, data: bytes) -> Trace:
+    records = [Record(**fields) for fields in chakra_pb.collectives(path, data)]
+    for i, rec in enumerate(records):
+        rec.start_us = float(i)        # the file's order; its dependency graph is not scheduled here
+    return Trace(path, "chakra-pb", records)
 
 
 def _param(path: str, data: list) -> Trace:

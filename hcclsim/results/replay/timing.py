@@ -29,6 +29,8 @@ from .formats import Record, Trace, exposed_us
 
 COLUMNS = ["trace", "index", "group", "collective", "name", "dtype", "ranks", "size_bytes", "measured_us",
            "auto_algorithm", "auto_us", "best_algorithm", "best_us", "measured_over_auto", "note"]
+# The ranks of one job (ranks.py), after measured_us: how many ranks it is the minimum of, the slowest one.
+JOB_COLUMNS = ["measured_ranks", "measured_max_us"]
 
 
 class Placer:
@@ -56,7 +58,7 @@ class Placer:
         return n
 
 
-def _group_sizes(records, scale: int | None) -> dict:
+def group_sizes(records, scale: int | None) -> dict:
     """Each record's group size after --scale-ranks (the data-parallel groups: the largest size)."""
     sizes = [r.group_size for r in records if r.kind is not None and r.group_size]
     dp = max(sizes, default=None)
@@ -74,7 +76,7 @@ def time_traces(traces: list[Trace], topology: str, overrides=(), algorithm: str
     placer = Placer(topology, overrides)
     rows = []
     for trace in traces:
-        groups = _group_sizes(trace.records, scale_ranks)
+        groups = group_sizes(trace.records, scale_ranks)
         wanted = defaultdict(set)           # (collective, ranks, dtype) -> sizes
         for r in trace.records:
             n = groups[id(r)]
@@ -93,9 +95,11 @@ def time_traces(traces: list[Trace], topology: str, overrides=(), algorithm: str
         for i, r in enumerate(trace.records):
             rows.append(_row(trace, i, r, groups[id(r)], placer, times))
     per = pd.DataFrame(rows)
-    algos = sorted({c for c in per.columns if c.endswith("_us") and c not in COLUMNS})
-    per = per.reindex(columns=COLUMNS[:9] + algos + COLUMNS[9:])
-    per = per.astype({"ranks": "Int64", "size_bytes": "Int64", "measured_us": float})
+    algos = sorted({c for c in per.columns if c.endswith("_us") and c not in COLUMNS + JOB_COLUMNS})
+    job = [c for c in JOB_COLUMNS if c in per.columns]
+    per = per.reindex(columns=COLUMNS[:9] + job + algos + COLUMNS[9:])
+    per = per.astype({"ranks": "Int64", "size_bytes": "Int64", "measured_us": float,
+                      **{c: t for c, t in zip(JOB_COLUMNS, ("Int64", float)) if c in job}})
     return per, _per_group(per), _per_trace(per, traces, algos)
 
 
@@ -103,6 +107,8 @@ def _row(trace: Trace, i: int, r: Record, n, placer: Placer, times) -> dict:
     row = {"trace": trace.path, "index": i, "group": r.group, "collective": r.kind or "", "name": r.name,
            "dtype": r.dtype or "", "ranks": n, "size_bytes": r.size_bytes, "measured_us": r.measured_us,
            "note": ""}
+    if r.over_ranks is not None:
+        row["measured_ranks"], row["measured_max_us"] = r.over_ranks, r.measured_max_us
     if r.kind is None:
         row["note"] = "not modelled"
         return row
@@ -126,8 +132,11 @@ def _row(trace: Trace, i: int, r: Record, n, placer: Placer, times) -> dict:
         row["auto_us"], row["auto_algorithm"] = got[AUTO]
         if r.measured_us:
             row["measured_over_auto"] = r.measured_us / row["auto_us"]
-    best = min(listed, key=listed.get)
-    row["best_algorithm"], row["best_us"] = best, listed[best]
+    if listed:
+        best = min(listed, key=listed.get)
+        row["best_algorithm"], row["best_us"] = best, listed[best]
+    else:                  # none of -a's algorithms runs this collective (ring for AllToAll): auto's choice
+        row["best_algorithm"], row["best_us"] = row["auto_algorithm"], row["auto_us"]
     if rounded != r.size_bytes:
         row["note"] = f"timed at {rounded} bytes (nccl-tests' rounding)"
     return row

@@ -4,13 +4,15 @@
 
 Kineto traces keep the record_param_comms ops (with their args), the NCCL kernels and the runtime launches
 that link them (by correlation), and every other kernel as (stream, ts, dur) under its name cut to 40
-characters (the compute that overlaps the collectives); other events go. Execution traces keep their
+characters (the compute that overlaps the collectives); other events go. With --annotations they also keep
+the "nccl:NAME" annotations (their Input Dims and Input type: the only sizes PyTorch < 2.1 traces carry). Execution traces keep their
 record_param_comms and process_group:init nodes. With --param, an execution trace becomes the PARAM basic
 comms trace its collectives make (the entries facebookresearch/param train/comms/pt/commsTraceParser.py
 _parseBasicTraceComms reads: comms, in_msg_size, out_msg_size, dtype, pg_id, world_size). Output gzipped
 when OUTPUT ends in .gz.
 
     python tests/data/traces/trim.py --param ORIGINAL_ET OUTPUT
+    python tests/data/traces/trim.py --annotations ORIGINAL OUTPUT
 """
 
 import gzip
@@ -20,6 +22,7 @@ import sys
 
 NCCL = re.compile(r"^(?:nccl|rccl)(?:Dev)?Kernel_")
 KEEP_ARGS = {"stream", "correlation", "External id", "device"}
+SIZE_ARGS = {"Input Dims", "Input type"}
 
 
 def _load(path):
@@ -32,7 +35,7 @@ def _event(e, args):
     return {**{k: e[k] for k in ("ph", "cat", "name", "pid", "tid", "ts", "dur") if k in e}, "args": args}
 
 
-def trim_kineto(data):
+def trim_kineto(data, annotations=False):
     events = data["traceEvents"]
     nccl = {e["args"]["correlation"] for e in events if e.get("cat") == "kernel" and NCCL.match(e["name"])}
     out = []
@@ -46,6 +49,8 @@ def trim_kineto(data):
             out.append({**_event(e, {k: v for k, v in args.items() if k in KEEP_ARGS}), "name": e["name"][:40]})
         elif cat in ("cuda_runtime", "hip_runtime") and args.get("correlation") in nccl:
             out.append(_event(e, {k: v for k, v in args.items() if k in KEEP_ARGS}))
+        elif annotations and cat == "user_annotation" and e["name"].startswith("nccl:"):
+            out.append(_event(e, {k: v for k, v in args.items() if k in SIZE_ARGS}))
     head = {k: data[k] for k in ("schemaVersion", "distributedInfo") if k in data}
     head["deviceProperties"] = [{"id": d.get("id"), "name": d.get("name")} for d in data.get("deviceProperties", [])[:1]]
     return {**head, "traceEvents": out}
@@ -74,9 +79,9 @@ def et_to_param(data):
 PARAM_NAMES = {"allreduce": "all_reduce", "allgather": "all_gather", "reduce_scatter": "reduce_scatter"}
 
 
-def main(src, dst, param=False):
+def main(src, dst, param=False, annotations=False):
     data = _load(src)
-    out = et_to_param(data) if param else trim_kineto(data) if "traceEvents" in data else trim_et(data)
+    out = et_to_param(data) if param else trim_kineto(data, annotations) if "traceEvents" in data else trim_et(data)
     text = json.dumps(out, separators=(",", ":")).encode()
     with open(dst, "wb") as f:
         f.write(gzip.compress(text, mtime=0) if dst.endswith(".gz") else text)
@@ -84,4 +89,5 @@ def main(src, dst, param=False):
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    main(*[a for a in args if a != "--param"], param="--param" in args)
+    main(*[a for a in args if a not in ("--param", "--annotations")], param="--param" in args,
+         annotations="--annotations" in args)
