@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,3 +60,27 @@ def child_env() -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p)
     return env
+
+
+@contextmanager
+def server(on: bool):
+    """Children run their commands in a warm server (started here, in a temporary folder) or locally."""
+    saved = {k: os.environ.get(k) for k in ("HCCL_BENCH_SERVER", "HCCL_BENCH_SERVER_DIR")}
+    with tempfile.TemporaryDirectory() as sockets:
+        os.environ["HCCL_BENCH_SERVER_DIR"] = sockets
+        os.environ["HCCL_BENCH_SERVER"] = "1" if on else "0"
+        started = on and subprocess.run([venv_bin("hccl-bench"), "server", "start", "--idle", "10"], cwd=ROOT,
+                                        env=child_env(), capture_output=True, text=True, timeout=900, check=False)
+        try:
+            if started and started.returncode != 0:
+                raise RuntimeError(f"hccl-bench server start: {started.stderr.strip()}")
+            yield
+        finally:
+            if on:
+                subprocess.run([venv_bin("hccl-bench"), "server", "stop"], cwd=ROOT, env=child_env(),
+                               capture_output=True, timeout=60, check=False)
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v

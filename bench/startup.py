@@ -33,7 +33,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 
-from ._common import ROOT, child_env, median, note, table, title, venv_bin
+from ._common import ROOT, child_env, median, note, server, table, title, venv_bin
 
 RUNS = 3
 TIMEOUT = 300
@@ -87,30 +87,6 @@ def bytecode_kept():
         try:
             yield
         finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-
-
-@contextmanager
-def server(on: bool):
-    """Children run their commands in a warm server (started here, in a temporary folder) or locally."""
-    saved = {k: os.environ.get(k) for k in ("HCCL_BENCH_SERVER", "HCCL_BENCH_SERVER_DIR")}
-    with tempfile.TemporaryDirectory() as sockets:
-        os.environ["HCCL_BENCH_SERVER_DIR"] = sockets
-        os.environ["HCCL_BENCH_SERVER"] = "1" if on else "0"
-        started = on and subprocess.run([venv_bin("hccl-bench"), "server", "start", "--idle", "10"], cwd=ROOT,
-                                        env=child_env(), capture_output=True, text=True, timeout=900, check=False)
-        try:
-            if started and started.returncode != 0:
-                raise RuntimeError(f"hccl-bench server start: {started.stderr.strip()}")
-            yield
-        finally:
-            if on:
-                subprocess.run([venv_bin("hccl-bench"), "server", "stop"], cwd=ROOT, env=child_env(),
-                               capture_output=True, timeout=60, check=False)
             for k, v in saved.items():
                 if v is None:
                     os.environ.pop(k, None)
