@@ -90,3 +90,23 @@ def test_merge_spread_is_a_time_key_of_a_tier():
         == pytest.approx(1.5e-6)
     with pytest.raises(ConfigError, match="merge_spread"):
         load_topology("dgx-h100", ["merge_spread=fast"])
+
+
+def test_skew_spreads_the_requests_as_merge_spread_does(capsys):
+    """The spread can come from noise instead of a key: with --skew S each rank starts its transfers at its own
+    arrival, uniform within S of the first, so the table holds more than the coordinated 9 entries and at
+    most what a spread of S needs (33 at 2 us: the first and last arrivals are at most S apart)."""
+    import csv
+    import io
+
+    from helpers import run_cli
+
+    def peak(*noise):
+        status, out, err = run_cli(capsys, "sweep", "-t", "switch8", "--set", "in_switch_reduce=true", "-a",
+                                   "in_switch:mode=push", "-b", "1M", "-e", "1M", "--engine", "packet", "--stats",
+                                   "--format", "csv", "-q", *noise)
+        assert status == 0, err
+        return int(next(csv.DictReader(io.StringIO(out)))["table_peak_entries"])
+
+    assert peak() == need(0) == 9
+    assert need(0) < peak("--skew", "2us", "--iters", "3", "--seed", "1") <= need(2e-6)
