@@ -341,27 +341,3 @@ def test_read_results_checks_values_as_compare_does(capsys, tmp_path):
     with pytest.raises(ConfigError, match="line 2, column time_us: expected a finite number >= 0"):
         hcclsim.read_results(bad)
 
-
-def test_a_key_added_since_a_file_was_written_counts_only_when_it_is_not_at_its_default():
-    """Files written before merge_order / table_full / merge_seed existed lack them: at their defaults that is the
-    same input (the file still resumes and compares); set otherwise, it is a difference, named."""
-    import copy
-
-    from hcclsim.network.config import load_topology
-    from hcclsim.results.provenance import input_differences, metadata
-
-    def meta(*overrides):
-        return metadata(load_topology("switch8", list(overrides)), collectives=["all_reduce"], algorithm="ring",
-                        sizes=[16])
-
-    ours = meta()
-    old = copy.deepcopy(ours)
-    for key in ("merge_order", "merge_seed", "table_full"):
-        del old["topology"]["resolved"]["tiers"][0]["packet"][key]
-    del old["topology"]["resolved"]["endpoint"]["ll"]["share"]
-    assert input_differences(old, ours) == []
-    rotated = meta("merge_order=rotated")
-    assert [k for k, _, _ in input_differences(old, rotated)] == ["topology.merge_order",
-                                                                  "topology.resolved.tiers.0.packet.merge_order",
-                                                                  "topology.name"]
-    assert [k for k, _, _ in input_differences(ours, rotated)] == [k for k, _, _ in input_differences(old, rotated)]

@@ -139,3 +139,16 @@ def test_bad_rank_metadata_and_annotations_are_refused(capsys, tmp_path):
     bad.write_text(json.dumps({"traceEvents": [note]}))
     refused(capsys, f"{bad}: traceEvents[0] ('nccl:all_reduce'): Input Dims / Input type: expected the input "
                     f"tensor's shape and type, got [] / ['float']", bad)
+
+
+def test_nameless_collectives_of_part_of_the_world_are_refused(capsys, tmp_path):
+    """Without process group names, the collectives of two 2-rank groups of a 4-rank job (tensor-parallel pairs)
+    would be matched by position across all ranks: refused. Of the whole world (2 of 2) they are matched."""
+    r0 = rank_trace(tmp_path, 0, [("allreduce", "", 256, 1000, 100)], world=4)
+    r2 = rank_trace(tmp_path, 2, [("allreduce", "", 256, 1000, 30)], world=4)
+    refused(capsys, f"{r0}: record 0 ('allreduce'): a collective of 2 ranks without a process group name: with the "
+                    f"rank files of one job (world 4) the collectives of different groups cannot be told apart",
+            r0, r2)
+    w0 = rank_trace(tmp_path, 0, [("allreduce", "", 256, 1000, 100)], name="w0.json")
+    w1 = rank_trace(tmp_path, 1, [("allreduce", "", 256, 1000, 30)], name="w1.json")
+    assert list(rows(capsys, w0, w1, "-t", "switch8").measured_us) == [30]

@@ -175,3 +175,29 @@ def test_a_folder_others_can_write_to_is_neither_used_nor_started_in(tmp_path):
     assert not _client.private(folder)
     folder.chmod(0o700)
     assert _client.private(folder)
+
+
+def test_an_argument_naming_one_of_the_callers_descriptors_runs_locally(env, tmp_path):
+    """`<(...)` and /dev/fd/N name descriptors of the caller, which a worker of the server does not hold."""
+    log = ROOT / "tests" / "data" / "nccl-tests-all_reduce-synthetic.txt"
+    before = served(env)
+    with open(log) as f:
+        out = subprocess.run([sys.executable, "-m", "hcclsim.cli", "import", f"/dev/fd/{f.fileno()}", "-c", "all_reduce", "-o",
+                              str(tmp_path / "m.csv")], env=env, capture_output=True, text=True, timeout=300,
+                             check=False, pass_fds=(f.fileno(),))
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "m.csv").read_text().startswith("collective,")
+    assert served(env) == before
+
+
+def test_two_starts_at_once_leave_one_server(tmp_path):
+    env = {**os.environ, "HCCL_BENCH_SERVER_DIR": str(tmp_path)}
+    env.pop("HCCL_BENCH_SERVER", None)
+    starts = [subprocess.Popen([sys.executable, "-m", "hcclsim.cli", "server", "start", "--idle", "5"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=900) for p in starts]
+    assert all(p.returncode == 0 for p in starts), outs
+    pids = {o.split("pid ")[1].split(",")[0] for o, _ in outs}
+    assert len(pids) == 1, outs                            # the second found the first's server
+    assert sorted(o.split(":")[0] for o, _ in outs) == ["hccl-bench server already running", "hccl-bench server ready"]
+    assert hb(env, "server", "stop").returncode == 0

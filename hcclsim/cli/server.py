@@ -33,7 +33,7 @@ from pathlib import Path
 import click
 
 from . import _client
-from ._client import _recv, _send, folder, private, socket_path
+from ._client import _recv, _send, folder, peer_is_me, private, socket_path
 
 IDLE = 30 * 60           # seconds without a command before a server stops (a choice: an afternoon's pauses)
 READY_WAIT = 600         # seconds `start` waits for the warm-up (a cold Numba cache compiles every kernel)
@@ -66,19 +66,27 @@ def warm_up() -> None:
 def serve(path: Path, idle: float) -> None:
     """Accept commands on path until idle seconds pass with none running, or a stop request."""
     import selectors
+    import threading
 
-    warm_up()
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if _client.digest() != path.stem:
+        raise SystemExit(f"hccl-bench server: this process loaded other sources than {path.name} names "
+                         f"(started from another tree?); not serving")
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     partial = path.with_suffix(f".{os.getpid()}.tmp")
-    listener.bind(str(partial))
+    listener.bind(str(partial))               # before the warm-up: a path too long fails at once
+    warm_up()
+    if threading.active_count() != 1:         # fork copies only this thread: another's locks would hang a worker
+        partial.unlink()
+        raise SystemExit(f"hccl-bench server: the warm-up left {threading.active_count() - 1} threads running; "
+                         f"not serving")
     listener.listen(16)
     os.replace(partial, path)                 # callers see the socket only once it accepts
     ino = os.stat(path).st_ino
     sel = selectors.DefaultSelector()
     sel.register(listener, selectors.EVENT_READ)
     workers: dict[int, socket.socket] = {}
-    info = {"pid": os.getpid(), "started": time.time(), "served": 0, "socket": str(path), "idle": idle}
+    info = {"pid": os.getpid(), "started": time.time(), "served": 0, "socket": str(path), "idle": idle,
+            "installation": installation()}
     last = time.monotonic()
     stopping = []
     wake_r, wake_w = os.pipe()                 # a worker's end (SIGCHLD) wakes the loop at once
@@ -96,7 +104,7 @@ def serve(path: Path, idle: float) -> None:
                         os.read(wake_r, 4096)
                 elif key.fileobj is listener:
                     conn, _ = listener.accept()
-                    if not _request(conn, sel, listener, workers, info):
+                    if not _request(conn, sel, listener, workers, info, (wake_r, wake_w)):
                         stopping.append(True)
                     last = time.monotonic()
                 else:                                  # a caller went away (killed): stop its worker
@@ -115,7 +123,7 @@ def serve(path: Path, idle: float) -> None:
                         _send(conn, {"status": _status(status)})
                     conn.close()
                 last = time.monotonic()
-            if not path.exists() or (not workers and time.monotonic() - last > idle):
+            if _replaced(path, ino) or (not workers and time.monotonic() - last > idle):
                 stopping.append(True)
             if stopping and listener.fileno() >= 0:     # no new commands once stopping
                 sel.unregister(listener)
@@ -124,6 +132,20 @@ def serve(path: Path, idle: float) -> None:
         sel.close()
         if listener.fileno() >= 0:
             _close(listener, path, ino)
+
+
+def _replaced(path: Path, ino: int) -> bool:
+    """Whether the socket's name is gone or another server's now."""
+    try:
+        return os.stat(path).st_ino != ino
+    except OSError:
+        return True
+
+
+def installation() -> list[str]:
+    """The interpreter and package folders this process runs: a server of the same installation with other
+    sources (edited, upgraded) is one no call can reach any more."""
+    return [sys.executable, *map(str, _client._package_dirs())]
 
 
 def _close(listener: socket.socket, path: Path, ino: int) -> None:
@@ -147,11 +169,14 @@ def _status(wait_status: int) -> int:
     return code if code >= 0 else 128 - code
 
 
-def _request(conn, sel, listener, workers, info) -> bool:
+def _request(conn, sel, listener, workers, info, wake) -> bool:
     """Serve one connection; False when it asked the server to stop."""
     import selectors
 
     conn.settimeout(10)
+    if not peer_is_me(conn):                  # only this user's calls (the folder is 0700; this checks the process)
+        conn.close()
+        return True
     try:
         msg, fds = _recv(conn, want_fds=3)
     except (OSError, ValueError):
@@ -182,6 +207,10 @@ def _request(conn, sel, listener, workers, info) -> bool:
             sel.close()
             listener.close()
             conn.close()
+            for other in workers.values():        # the other callers' connections and the wake pipe are the
+                other.close()                     # server's: a worker holding them would delay their EOF
+            for fd in wake:
+                os.close(fd)
             status = _work(msg, fds)
         finally:
             os._exit(status)
@@ -205,14 +234,18 @@ def _work(msg: dict, fds: list[int]) -> int:
         os.dup2(fd, target)
         os.close(fd)
     enc, errors = msg.get("encoding") or "utf-8", msg.get("errors") or "strict"
+    line = os.isatty(1) or bool(msg["env"].get("PYTHONUNBUFFERED"))
     # the worker's own streams, for the rest of its life (it ends with os._exit)
     sys.stdin = open(0, encoding=enc, closefd=False)  # noqa: SIM115
     sys.stdout = open(1, "w", encoding=enc, errors=errors, closefd=False,  # noqa: SIM115
-                      buffering=1 if os.isatty(1) else -1)
+                      buffering=1 if line else -1)
     sys.stderr = open(2, "w", encoding=enc, errors="backslashreplace", closefd=False, buffering=1)  # noqa: SIM115
     os.umask(int(msg.get("umask", 0o022)))
     os.environ.clear()
     os.environ.update(msg["env"])
+    import warnings
+
+    getattr(warnings, "_filters_mutated", lambda: None)()   # warnings the warm-up gave show again, as in a new process
     from . import main
     try:
         os.chdir(msg["cwd"])
@@ -221,6 +254,12 @@ def _work(msg: dict, fds: list[int]) -> int:
     except OSError as e:
         sys.stderr.write(f"hccl-bench: error: {e}\n")
         status = 2
+    except KeyboardInterrupt:
+        sys.stderr.write("hccl-bench: error: interrupted\n")
+        status = 130
+    except BaseException as e:  # noqa: BLE001 - the worker's last line of defence, as main()'s
+        sys.stderr.write(f"hccl-bench: error: internal error in the server's worker: {type(e).__name__}: {e}\n")
+        status = 3
     for stream in (sys.stdout, sys.stderr):
         with _quiet():
             stream.flush()
@@ -234,6 +273,8 @@ def _ask(path: Path, op: str) -> dict | None:
     try:
         sock.settimeout(10)
         sock.connect(str(path))
+        if not peer_is_me(sock):
+            return None
         _send(sock, {"op": op})
         reply, _ = _recv(sock)
         return reply
@@ -250,26 +291,38 @@ def status() -> dict | None:
 
 def start(idle: float) -> tuple[dict, bool]:
     """This installation's server (started unless one runs) and whether it was already running."""
-    import subprocess
+
+    import fcntl
 
     from ..core.errors import HcclSimError
 
-    running = status()
-    if running:
-        return running, True
-    stop(others_only=True)
     path = socket_path()
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     if not private(path.parent):
         raise HcclSimError(f"server: {path.parent}: expected a folder of this user that no one else can read or "
                            f"write (mode 0700); fix it, or set HCCL_BENCH_SERVER_DIR to one")
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)       # two starts at once: the second finds the first's server
+        running = status()
+        if running:
+            return running, True
+        stop(others_only=True)
+        return _spawn(path, idle), False
+
+
+def _spawn(path: Path, idle: float) -> dict:
+    import subprocess
+
+    from ..core.errors import HcclSimError
+
     with _quiet():
         path.unlink()                          # a socket left by a server that died
     log = path.with_suffix(".log")
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "hcclsim.cli.server", str(path), str(idle)],
+        # -P and cwd /: the server imports the installation this call runs, not a tree in the caller's folder
+        proc = subprocess.Popen([sys.executable, "-P", "-m", "hcclsim.cli.server", str(path), str(idle)],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
-                                close_fds=True)
+                                close_fds=True, cwd="/")
     deadline = time.monotonic() + READY_WAIT
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -278,7 +331,7 @@ def start(idle: float) -> tuple[dict, bool]:
                                f"(log: {log})")
         reply = status()
         if reply:
-            return reply, False
+            return reply
         time.sleep(0.1)
     proc.terminate()
     raise HcclSimError(f"server: not ready after {READY_WAIT} s (log: {log})")
@@ -287,12 +340,12 @@ def start(idle: float) -> tuple[dict, bool]:
 def stop(others_only: bool = False) -> dict | None:
     """Stop this user's servers: the one of this installation (its reply, or None when none ran) and those
     of other sources (an older version, an edited tree), which no call can reach any more."""
-    mine, reply = socket_path(), None
-    for path in sorted(folder().glob("*.sock")) if folder().is_dir() else []:
+    mine, reply, ours = socket_path(), None, installation()
+    for path in sorted(folder().glob("*.sock")) if private(folder()) else []:
         if path == mine:
             if not others_only:
                 reply = _ask(path, "stop")
-        else:
+        elif (_ask(path, "status") or {}).get("installation") == ours:    # not another venv's or tree's
             _ask(path, "stop")
     return reply
 

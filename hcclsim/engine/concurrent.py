@@ -149,6 +149,6 @@ def run(jobs: list[Job], topo: Topology, engine: str = "analytic") -> Shared:
     time = _analytic if engine == "analytic" else _packet
     alone = [time([job], topo, False)[0][0] for job in jobs]
     together, busy = time(jobs, topo, True)
-    util = busy / max(together)
+    util = busy / (max(together) or 1.0)                  # (all zero-byte: nothing was busy)
     top = np.argsort(-util, kind="stable")[:BUSIEST]
     return Shared(engine, alone, together, [(int(k), _name(topo, int(k)), float(util[k])) for k in top if util[k] > 0])

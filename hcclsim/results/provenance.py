@@ -292,29 +292,6 @@ def input_differences(theirs: dict, ours: dict) -> list[tuple[str, object, objec
 
     def rank(k: str) -> tuple:
         return (name_rank if k == "topology.name" else int(".resolved." in k), k)
-    keys = sorted((k for k in a.keys() | b.keys() if a.get(k, MISSING) != b.get(k, MISSING)
-                   and not _added_at_default(k, a, b)), key=rank)
+    keys = sorted((k for k in a.keys() | b.keys() if a.get(k, MISSING) != b.get(k, MISSING)), key=rank)
     return [(k, a.get(k, MISSING), b.get(k, MISSING)) for k in keys]
-
-
-def _added_at_default(key: str, a: dict, b: dict) -> bool:
-    """A resolved key one file lacks (written before the key existed) while the other has its default: the
-    same input, so an old results file still resumes and compares."""
-    if ".resolved." not in key or (key in a) == (key in b):
-        return False
-    value = a.get(key, b.get(key))
-    part = key.split(".resolved.", 1)[1]
-    defaults = _resolved_defaults()
-    if part.startswith("tiers."):
-        return defaults.get("packet." + part.split(".packet.", 1)[-1], MISSING) == value if ".packet." in part else False
-    return defaults.get(part, MISSING) == value
-
-
-@functools.lru_cache(maxsize=1)
-def _resolved_defaults() -> dict:
-    """Every resolved endpoint key ('endpoint.ll.share') and tier packet key ('packet.mtu') at its default,
-    as resolved_topology writes them."""
-    from ..network.params import Endpoint, PacketParams
-
-    return _flat({"endpoint": _plain(asdict(Endpoint())), "packet": _plain(asdict(PacketParams()))})
 

@@ -101,8 +101,8 @@ def time_jobs(traces: list[Trace], topology: str, overrides=(), algorithm: str =
                               f"{x['size_bytes']} B" for x in info) + f"): {e}") from None
         busiest = "; ".join(f"{name} {util:.0%}" for _, name, util in run.busiest)
         for x, alone, together in zip(info, run.alone, run.together):
-            rows.append({**x, "alone_us": alone * 1e6, "together_us": together * 1e6, "slowdown": together / alone,
-                         "busiest_links": busiest})
+            rows.append({**x, "alone_us": alone * 1e6, "together_us": together * 1e6,
+                         "slowdown": _ratio(together, alone), "busiest_links": busiest})
     per = pd.DataFrame(rows, columns=ROUNDS)
     return per, _per_job(per, traces, placed)
 
@@ -114,8 +114,13 @@ def _per_job(per: pd.DataFrame, traces, placed) -> pd.DataFrame:
         alone, together = float(part.alone_us.sum()), float(part.together_us.sum())
         out.append({"job": j, "trace": trace.path, "ranks": len(placed[j]), "placed": _spans(placed[j]),
                     "collectives": len(part), "alone_us": alone, "together_us": together,
-                    "slowdown": together / alone})
+                    "slowdown": _ratio(together, alone)})
     return pd.DataFrame(out, columns=JOBS)
+
+
+def _ratio(together: float, alone: float) -> float:
+    """together / alone; 1 when both are 0 (a zero-byte collective, which the packet engine times 0)."""
+    return together / alone if alone else (1.0 if together == 0 else float("inf"))
 
 
 def _spans(ranks) -> str:

@@ -75,6 +75,14 @@ def merge(ranks: list[Trace]) -> Trace:
     for group in dict.fromkeys(g for seq in sequences for g in seq):
         members = [(t, seq[group]) for t, seq in zip(ranks, sequences) if group in seq]
         first, firsts = members[0]
+        if not group:
+            part = next(((t, i, r) for t, recs in members for i, r in recs if r.group_size not in (None, world)), None)
+            if part:                           # several groups' collectives in one nameless sequence
+                raise ConfigError(f"{part[0].path}: record {part[1]} ({part[2].name!r}): a collective of {part[2].group_size} "
+                                  f"ranks without a process group name: with the rank files of one job (world "
+                                  f"{world}) the collectives of different groups cannot be told apart; expected "
+                                  f"traces that name their process groups (PyTorch 2.1 and later), or replay each "
+                                  f"file alone")
         for t, recs in members[1:]:
             if len(recs) != len(firsts):
                 raise ConfigError(f"{t.path}: process group {group!r}: {len(recs)} collectives, {first.path} has "
