@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.errors import ConfigError
+from ..core.signals import held_back
 from ..core.units import DTYPE_SIZE
 from ..schedule import collectives as C
 from ..schedule import matrix as M
@@ -291,15 +292,16 @@ class RowWriter:
             frame = frame.reindex(columns=self.layout, fill_value="")
         data = _csv(frame, self.size == 0).encode()
         view = memoryview(data)
-        try:
-            while view:
-                view = view[os.write(self.fd, view):]
-        except OSError as e:
-            os.ftruncate(self.fd, self.size)           # whole lines only
-            raise ConfigError(f"-o/--output: cannot write {self.target!r} ({e.strerror or e}); the rows written "
-                              f"before are kept") from None
-        self.size += len(data)
-        self.rows += len(frame)
+        with held_back():                              # a Ctrl-C comes after the rows are written and counted
+            try:
+                while view:
+                    view = view[os.write(self.fd, view):]
+            except OSError as e:
+                os.ftruncate(self.fd, self.size)       # whole lines only
+                raise ConfigError(f"-o/--output: cannot write {self.target!r} ({e.strerror or e}); the rows "
+                                  f"written before are kept") from None
+            self.size += len(data)
+            self.rows += len(frame)
 
     def close(self) -> None:
         if self.fd is not None:

@@ -52,6 +52,7 @@ from contextlib import contextmanager
 from functools import partial
 
 from ..core.errors import ConfigError
+from ..core.signals import held_back
 
 SERIAL_SECONDS = 2.0          # below this estimated remaining time, starting workers (~1 s each) does not pay
 STEAL = True                  # this process runs queued units too (tests turn it off to exercise workers)
@@ -135,7 +136,7 @@ def _worker_init(parent: int, inherited=(), fn=None):
     _FN[:] = [fn]
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if hasattr(signal, "pthread_sigmask"):                      # blocked while we started (_signals_blocked)
+    if hasattr(signal, "pthread_sigmask"):                      # blocked while we started (core.signals.held_back)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
     _die_with(parent)
     _let_go(inherited)
@@ -243,21 +244,6 @@ def _shown(packed):
     return result
 
 
-@contextmanager
-def _signals_blocked():
-    """SIGINT and SIGTERM held back (delivered at the end) while child processes start: they inherit the
-    mask, so a signal to the process group cannot kill the forkserver or a worker half-way through its
-    start (with the command line's handler and a traceback); workers unblock SIGTERM once it is fatal."""
-    if not hasattr(signal, "pthread_sigmask"):
-        yield
-        return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
 # ---- local
 
 def run_local(fn, units, jobs: int = 1):
@@ -321,7 +307,8 @@ def _pool(fn, units, workers: int, ctx, helping: bool = True):
     queue, pending = deque(units), {}
 
     def top_up():                              # queued ones cannot be taken back: few, and only the next
-        with _signals_blocked():               # (a Ctrl-C while workers start reaches only this process)
+        with held_back():                      # (a Ctrl-C while workers start reaches only this process;
+                                               # children inherit the mask: SIGTERM unblocked once fatal)
             while queue and len(pending) < (2 if helping else 1) * workers:
                 unit = queue.popleft()
                 pending[pool.submit(_run_in_worker, unit)] = unit
