@@ -28,6 +28,7 @@ import signal
 import socket
 import sys
 import time
+from contextlib import suppress
 from pathlib import Path
 
 import click
@@ -36,6 +37,7 @@ from . import _client
 from ._client import _recv, _send, folder, peer_is_me, private, socket_path
 
 IDLE = 30 * 60           # seconds without a command before a server stops (a choice: an afternoon's pauses)
+GONE = (OSError, KeyError, ValueError)   # a peer, file or registration already gone: nothing left to do
 READY_WAIT = 600         # seconds `start` waits for the warm-up (a cold Numba cache compiles every kernel)
 
 
@@ -100,7 +102,7 @@ def serve(path: Path, idle: float) -> None:
         while not stopping or workers:
             for key, _ in sel.select(timeout=1.0):
                 if key.data == "wake":
-                    with _quiet():
+                    with suppress(*GONE):
                         os.read(wake_r, 4096)
                 elif key.fileobj is listener:
                     conn, _ = listener.accept()
@@ -108,7 +110,7 @@ def serve(path: Path, idle: float) -> None:
                         stopping.append(True)
                     last = time.monotonic()
                 else:                                  # a caller went away (killed): stop its worker
-                    with _quiet():
+                    with suppress(*GONE):
                         os.kill(key.data, signal.SIGTERM)
                     sel.unregister(key.fileobj)
             while workers:
@@ -117,9 +119,9 @@ def serve(path: Path, idle: float) -> None:
                     break
                 conn = workers.pop(pid, None)
                 if conn is not None:
-                    with _quiet():
+                    with suppress(*GONE):
                         sel.unregister(conn)
-                    with _quiet():
+                    with suppress(*GONE):
                         _send(conn, {"status": _status(status)})
                     conn.close()
                 last = time.monotonic()
@@ -151,17 +153,9 @@ def installation() -> list[str]:
 def _close(listener: socket.socket, path: Path, ino: int) -> None:
     """Close the listening socket and remove its name, unless a newer server has taken the name."""
     listener.close()
-    with _quiet():
+    with suppress(*GONE):
         if os.stat(path).st_ino == ino:
             path.unlink()
-
-
-class _quiet:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return exc[0] is not None and issubclass(exc[0], (OSError, KeyError, ValueError))
 
 
 def _status(wait_status: int) -> int:
@@ -185,12 +179,12 @@ def _request(conn, sel, listener, workers, info, wake) -> bool:
     conn.settimeout(None)
     op = (msg or {}).get("op")
     if op == "status":
-        with _quiet():
+        with suppress(*GONE):
             _send(conn, {**info, "workers": len(workers)})
         conn.close()
         return True
     if op == "stop":
-        with _quiet():
+        with suppress(*GONE):
             _send(conn, {"stopping": True, "workers": len(workers)})
         conn.close()
         return False
@@ -218,7 +212,7 @@ def _request(conn, sel, listener, workers, info, wake) -> bool:
         os.close(fd)
     info["served"] += 1
     workers[pid] = conn
-    with _quiet():
+    with suppress(*GONE):
         _send(conn, {"pid": pid})
     sel.register(conn, selectors.EVENT_READ, pid)
     return True
@@ -261,7 +255,7 @@ def _work(msg: dict, fds: list[int]) -> int:
         sys.stderr.write(f"hccl-bench: error: internal error in the server's worker: {type(e).__name__}: {e}\n")
         status = 3
     for stream in (sys.stdout, sys.stderr):
-        with _quiet():
+        with suppress(*GONE):
             stream.flush()
     return status
 
@@ -315,7 +309,7 @@ def _spawn(path: Path, idle: float) -> dict:
 
     from ..core.errors import HcclSimError
 
-    with _quiet():
+    with suppress(*GONE):
         path.unlink()                          # a socket left by a server that died
     log = path.with_suffix(".log")
     with open(log, "w") as out:
