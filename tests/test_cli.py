@@ -58,6 +58,27 @@ def test_help_through_main(capsys):
     assert status == 0 and out.startswith("hccl-bench, version ")
 
 
+def test_bare_command_prints_the_help_with_status_0(capsys):
+    status, out, err = run(capsys)
+    assert (status, err) == (0, "") and out.startswith("Usage: hccl-bench")   # not "error: Usage: ..." with 2
+
+
+@pytest.mark.parametrize("args", [["sweep", "-a", "ring", "-b", "1K", "-e", "1M"],                   # rich's table
+                                  ["sweep", "-a", "ring", "-b", "1K", "-e", "1M", "--format", "csv"],
+                                  ["topologies", "switch8"], ["--version"], []])
+def test_a_reader_that_has_gone_is_status_0_and_silent(args):
+    """`hccl-bench sweep | head`: stdout's reader closed before anything was written. rich (and click) exit 1
+    on the broken pipe, a failed gate here, and Python's final flush adds a message and status 120."""
+    import os
+    import subprocess
+    import sys
+    p = subprocess.Popen([sys.executable, "-m", "hcclsim.cli", *args], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, env={**os.environ, "HCCL_BENCH_SERVER": "0"})
+    p.stdout.close()                           # the only reader: every write of the command hits EPIPE
+    err = p.stderr.read()
+    assert (p.wait(timeout=300), err) == (0, b"")
+
+
 def test_every_command_is_listed_in_the_top_level_help():
     out = CliRunner().invoke(cli, ["--help"]).output
     for name in cli.commands:

@@ -7,6 +7,7 @@ Exit statuses: 0 success, 1 a performance gate failed, 2 invalid input,
 from __future__ import annotations
 
 import importlib
+import os
 import signal
 import sys
 import threading
@@ -75,6 +76,15 @@ def cli(ctx, debug):
     ctx.obj = {"debug": debug}
 
 
+NO_ARGS = getattr(click.exceptions, "NoArgsIsHelpError", ())   # click >= 8.2 raises it for a bare group
+
+
+def _reader_gone() -> None:
+    """stdout's reader has gone (`| head`): the rest of the output, and the interpreter's final flush, go to
+    /dev/null, and the command ends 0 (Python's advice, docs.python.org/3/library/signal.html, note on SIGPIPE)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def _fail(message: str, status: int) -> int:
     click.echo(f"hccl-bench: error: {message}", err=True)
     return status
@@ -108,12 +118,23 @@ def _main(argv) -> int:
             return status
     debug = "--debug" in args
     try:
-        rv = cli.main(args=args, prog_name="hccl-bench", standalone_mode=False)
+        # the group is invoked directly: click's main() turns a closed stdout (`| head`) into status 1, a failed
+        # gate here (below: 0, as the reader asked)
+        with cli.make_context("hccl-bench", args) as ctx:
+            rv = cli.invoke(ctx)
+        sys.stdout.flush()                     # a closed stdout shows here, not at the interpreter's exit
         return rv if isinstance(rv, int) else 0
     except click.exceptions.Exit as e:
         return e.exit_code
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, EOFError):
         return _fail("interrupted", 130)
+    except NO_ARGS as e:                       # bare `hccl-bench`: the help, as click 8.1 printed it
+        try:
+            click.echo(e.ctx.get_help())
+            sys.stdout.flush()
+        except BrokenPipeError:
+            _reader_gone()
+        return 0
     except click.UsageError as e:
         hint = f" (see 'hccl-bench {e.ctx.command.name} --help')" if e.ctx and e.ctx.command.name != "cli" else ""
         return _fail(f"{e.format_message()}{hint}", 2)
@@ -124,6 +145,7 @@ def _main(argv) -> int:
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
     except BrokenPipeError:
+        _reader_gone()
         return 0
     except Exception as e:  # noqa: BLE001 - the last line of defence: one line, status 3
         if debug:

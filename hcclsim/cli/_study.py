@@ -9,13 +9,12 @@ from pathlib import Path
 
 import click
 import pandas as pd
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from ..core.errors import HcclSimError
 from ..core.units import format_size
-from ..results.report import render_list
+from ..results.report import Console, render_list
 from ..studies import scenario as S
 from ..studies import study as R
 

@@ -7,11 +7,9 @@ import json
 import math
 import sys
 
-from rich.console import Console
-
 from ..analysis import validate as V
 from ..core.version import __version__
-from ..results.report import Col, print_table
+from ..results.report import Col, Console, print_table
 
 
 def to_json(r: V.Result) -> str:

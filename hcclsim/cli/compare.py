@@ -68,11 +68,9 @@ def compare_cmd(baseline, current, tolerance, fail_on, strict, fmt, junit_file):
 def render(c: gate.Comparison, file=None) -> None:
     """The regressions and improvements as a table that fits the terminal (sizes as nccl-tests flags; the
     dtype, engine and ranks go first when it is narrow), the rows in one file only, then the summary."""
-    from rich.console import Console
-
     from ..analysis import gate
     from ..core.units import format_size
-    from ..results.report import Col, print_table
+    from ..results.report import Col, Console, print_table
 
     changed = gate.changed_rows(c)
     if len(changed):

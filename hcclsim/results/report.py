@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 from rich.cells import cell_len
-from rich.console import Console
+from rich.console import Console as _RichConsole
 from rich.table import Table
 
 from ..core.errors import ConfigError
@@ -22,6 +22,15 @@ from .safefile import replace, replace_text
 
 if TYPE_CHECKING:
     import pandas as pd
+
+class Console(_RichConsole):
+    """rich's console, except that a reader who has gone (`hccl-bench sweep | head`) ends the command with
+    status 0 through BrokenPipeError (hcclsim/cli), where rich would exit 1: a failed gate here."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
 
 SPREAD_COLUMNS = ("time_us_p75", "time_us_p95", "time_us_min", "time_us_max")   # time (us) is the p50
 SPREAD_HEADERS = ("p75 (us)", "p95 (us)", "min (us)", "max (us)")
