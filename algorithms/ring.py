@@ -23,7 +23,9 @@ Mesh rings (``permute``, on by default on a full mesh): channel c runs on the
 Hamiltonian cycle c of mesh_cycles(N), cycles that share no link, so the N-1
 channels use every link of every rank once (RCCL's rings over the MI300X xGMI
 mesh, src/graph/rome_models.cc) instead of the one link each way a rank-order
-ring uses.
+ring uses. On a graph wiring (also on by default, when the wiring has a Hamiltonian
+cycle) the cycles are hcclsim.network.wiring.ring_cycles: within each link's count,
+both ways round (NCCL's rings over a DGX-1's NVLink cube mesh).
 
 Broadcast and Reduce are a pipelined chain from (to) the root.
 
@@ -31,7 +33,8 @@ Alpha-beta (switch, P = 1, any C): AllReduce 2(N-1)(a + S/(N B)); AllGather and
 ReduceScatter (N-1)(a + S/(N B)); Broadcast (N-2+P)(a + S/(P B)) -- docs/model.md.
 Rail rings on a rail fabric: AllReduce 2(N-1) S/(N L B_out) + a_out while the
 NICs are the bottleneck; mesh rings on a full mesh: AllReduce 2(N-1)(a + S/(N C B)),
-C = len(mesh_cycles(N)) (N-1 = 7 on 8 ranks) -- docs/algorithms.md (ring, closed forms).
+C = len(mesh_cycles(N)) (N-1 = 7 on 8 ranks); on a graph wiring the same with B the
+slowest link's bandwidth over the rings it carries -- docs/algorithms.md (ring, closed forms).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from math import gcd
 
 import numpy as np
 
+from hcclsim.network.wiring import ring_cycles, wiring_of
 from hcclsim.schedule import (
     ORDER,
     OUT,
@@ -65,7 +69,7 @@ PERMUTE = RAILS
 class RingOptions:
     channels: int = opt(0, "rings run side by side, alternating direction (0: L, one per NIC, with rail "
                            "rings; one per cycle with mesh rings; 2 where links are bidirectional "
-                           "point-to-point -- ring, full_mesh, torus2d -- else 1)")
+                           "point-to-point -- ring, full_mesh, torus2d, graph -- else 1)")
     chunks: int = opt(0, "pipelined chunks per step (0: 1 for AllReduce/AllGather/ReduceScatter; "
                          "Broadcast/Reduce one per chunk_size bytes)")
     chunk_size: int = opt(128 << 10, "bytes per pipelined chunk for Broadcast/Reduce when chunks=0")
@@ -74,8 +78,9 @@ class RingOptions:
                              "a different NIC per channel: on, off, or auto (on for hierarchical topologies "
                              "with several domains of several ranks)")
     permute: str = opt("auto", "lay channel c's ring on Hamiltonian cycle c of a set that shares no link "
-                               "(mesh_cycles), so the channels use every link of a full mesh: on, off, or "
-                               "auto (on for full_mesh topologies)")
+                               "(mesh_cycles; on a graph wiring ring_cycles, within each link's count), so "
+                               "the channels use every link: on, off, or auto (on for full_mesh topologies "
+                               "and graph wirings with a Hamiltonian cycle)")
 
     def __post_init__(self):
         if self.channels < 0 or self.chunks < 0 or self.chunk_size < 1 or self.max_chunks < 1:
@@ -102,7 +107,8 @@ class Ring(Algorithm):
 
     def _permute(self, problem: Problem) -> bool:
         if self.options.permute == "auto":
-            return problem.topology.kind == "full_mesh"
+            kind = problem.topology.kind
+            return kind == "full_mesh" or kind == "graph" and bool(_cycles(problem.topology))
         return self.options.permute == "on"
 
     def why_not(self, problem: Problem) -> str | None:
@@ -110,6 +116,8 @@ class Ring(Algorithm):
             return f"rails=on needs a hierarchical topology (domains of ranks), not {problem.topology.kind!r}"
         if self.options.permute == "on" and problem.topology.kind == "hierarchical":
             return "permute=on lays rings over a flat topology's ranks, not over a hierarchical one (rails)"
+        if self.options.permute == "on" and not _cycles(problem.topology):
+            return "permute=on needs a Hamiltonian cycle of the links, and this wiring has none"
         return None
 
     def _channels(self, problem: Problem) -> int:
@@ -118,8 +126,8 @@ class Ring(Algorithm):
         if self._rails(problem):
             return problem.topology.local
         if self._permute(problem):
-            return len(mesh_cycles(problem.nranks))
-        return 2 if problem.topology.kind in ("ring", "full_mesh", "torus2d") else 1
+            return len(_cycles(problem.topology))
+        return 2 if problem.topology.kind in ("ring", "full_mesh", "torus2d", "graph") else 1
 
     def structure_key(self, problem, sizing, dtype_size):
         if self.options.chunks:
@@ -150,13 +158,20 @@ class Ring(Algorithm):
             return b.build()
         if self._permute(problem):
             b = ScheduleBuilder(coll, self.label, n, (1, n), layout)
-            cycles = mesh_cycles(n)
+            cycles = _cycles(topo)
             _rings(b, coll, P, [(c % len(cycles), 1) for c in range(chans)], n, (1, 1), *_mesh_ends(cycles, k))
             b.notes["permute"] = True
             return b.build()
         b = ScheduleBuilder(coll, self.label, n, (1, n), layout)
         _rings(b, coll, P, [(0, 1 - 2 * (c % 2)) for c in range(chans)], 1, (1, n), *_flat_ends(n, k))
         return b.build()
+
+
+def _cycles(topo) -> list[tuple[int, ...]]:
+    """The Hamiltonian cycles mesh rings run on: ring_cycles of a graph wiring, else mesh_cycles."""
+    if topo.kind == "graph":
+        return list(ring_cycles(topo.nranks, wiring_of(topo)))
+    return mesh_cycles(topo.nranks)
 
 
 def _rings(b: ScheduleBuilder, coll: str, P: int, channels: list[tuple[int, int]], J: int, inst: tuple[int, int],

@@ -470,6 +470,49 @@ def _validation_summary():
     return "\n".join(lines)
 
 
+# One preset's compared points. nccl-tests rounds a size down to whole elements per rank (1048560 B on 3 GPUs),
+# so sizes are named by the nearest power of two.
+#
+#   validation-errors PRESET                                    busbw error per case (rows) and size (columns)
+#   validation-value PRESET COLLECTIVE OVERRIDES SIZE COLUMN   one column of validate's points, mean over logs
+
+def nominal(size) -> int:
+    return 1 << round(math.log2(int(size)))
+
+
+def validation_points(preset: str):
+    r = validation()
+    pts = r.points[r.points.preset == preset]
+    return pts.assign(nominal=pts.size_bytes.map(nominal))
+
+
+@block("validation-errors")
+def _validation_errors(preset):
+    """busbw error (predicted / measured - 1, mean over the logs of one size) per case and size."""
+    from hcclsim.core.units import format_size
+    pts = validation_points(preset)
+    sizes = sorted(set(pts.nominal))
+    lines = ["| case | " + " | ".join(format_size(s) for s in sizes) + " |", "|---|" + "---:|" * len(sizes)]
+    for case, p in pts.groupby("case", sort=False):
+        err = p.groupby("nominal").busbw_error.mean()
+        lines.append(f"| {case} | " + " | ".join(f"{err[s] * 100:+.0f} %" if s in err.index else "" for s in sizes)
+                     + " |")
+    return "\n".join(lines)
+
+
+@block("validation-value")
+def _validation_value(preset, collective, overrides, size, column):
+    """One column of one case's points at one size (OVERRIDES as the case's --set, joined by ',', or '-')."""
+    from hcclsim.core.units import parse_size
+    pts = validation_points(preset)
+    p = pts[(pts.collective == collective) & (pts.overrides == " ".join(splitopts(overrides)))
+            & (pts.nominal == nominal(parse_size(size)))]
+    if p.case.nunique() != 1:
+        raise ValueError(f"validation-value {preset} {collective} {overrides} {size}: {p.case.nunique()} cases")
+    value = p[column].mean()
+    return f"{value * 100:+.0f} %" if column.endswith("_error") else f"{value:.0f}"
+
+
 # replay.md, validation.md: traces of the test corpus replayed ------------------------------------------
 #
 #   trace-total TRACE TOPOLOGY COLUMN      one per-trace total

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..core.jit import njit
 from ..network.topology import Topology, route_kernel
+from ..schedule.expand import expand
 from ..schedule.ir import (
     DEP_COL,
     DEP_ROW,
@@ -412,6 +413,9 @@ def run(schedule: Schedule, topo: Topology, block_elems, dtype_size: int, want_l
     part (int per template, or None): time becomes one row per part (hcclsim.engine.concurrent); the general path.
     """
     block_elems = np.atleast_1d(np.asarray(block_elems, np.int64))
+    if topo.routes_partial:                         # a graph wiring without a host path
+        ex = expand(schedule)
+        topo.check_routes(ex["src"], ex["dst"], f"{schedule.algorithm} ({schedule.collective})")
     ep = topo.endpoint
     noisy = release is not None or jitter > 0 or avail is not None or part is not None
     orbits = schedule_orbits(schedule, topo) if symmetric is not False and not noisy else None

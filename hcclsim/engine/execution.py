@@ -172,7 +172,7 @@ def device_topology(topo: Topology, protocol: str | None = None, cap: float = np
         bw = np.where(np.isin(topo.link_src, switches) | np.isin(topo.link_dst, switches),
                       bw * ep.in_switch_efficiency, bw)
     if np.isfinite(cap):
-        bw = np.where(topo.link_src < topo.nranks, np.minimum(bw, cap), bw)
+        bw = np.where(topo.link_src < topo.nranks, np.minimum(bw, cap * topo.cap_share), bw)
     if np.isfinite(net):
         nic = (topo.link_tier == 1) & ((topo.link_src < topo.nranks) | (topo.link_dst < topo.nranks))
         bw = np.where(nic, np.minimum(bw, net), bw)

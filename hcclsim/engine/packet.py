@@ -364,6 +364,7 @@ def prepare(schedule: Schedule, topo: Topology, block_elems: int, dtype_size: in
         src, dst = node_map[src], node_map[dst]
         if min(src.min(initial=0), dst.min(initial=0)) < 0:
             raise ConfigError("ranks: the schedule reduces in a switch that the fabric ranks it is placed on lack")
+    topo.check_routes(src, dst, f"{s.algorithm} ({s.collective})")
     offsets = s.layout.offsets(int(block_elems)) * dtype_size
     nch, nrun = s.tmpl[t, F_N], s.tmpl[t, F_NRUN]
     nbytes = nrun * (offsets[ex["schunk"] + nch] - offsets[ex["schunk"]])

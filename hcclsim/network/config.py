@@ -40,6 +40,7 @@ from .topology import (
     build_flat,
     build_hierarchical,
 )
+from .wiring import build_graph, check_wiring
 
 PACKET_KEYS = {"mtu", "switching", "switch_buffer", "switch_latency", "reduction_table_entries", "merge_spread",
                "merge_order", "merge_seed", "table_full", "efficiency"}
@@ -53,6 +54,8 @@ PROTOCOL_KEYS = {"share", "step_latency", "net_step_latency", "base_latency", "b
                  "net_channel_bandwidth", "channel_bytes"}
 FLAT_KEYS = {"description", "kind", "ranks", "bandwidth", "latency", "in_switch_reduce", "dims"} | PACKET_KEYS
 HIER_KEYS = {"description", "kind", "scale_up", "scale_out"}
+GRAPH_KEYS = {"description", "kind", "ranks", "bandwidth", "latency", "links", "host"} | PACKET_KEYS
+HOST_KEYS = {"bandwidth", "latency"} | PACKET_KEYS
 TOP_TABLES = ("topology", "endpoint")
 UP_KEYS = {"kind", "ranks", "bandwidth", "latency", "in_switch_reduce"} | PACKET_KEYS
 OUT_KEYS = {"kind", "domains", "bandwidth", "latency", "oversubscription", "leaf_size", "spines",
@@ -271,8 +274,10 @@ def build(doc: dict, name: str, label: str, overrides: list[str] = ()) -> Topolo
     overridden = apply_overrides(doc, overrides)
     endpoint = _endpoint(doc, label, overridden)
     top = _Table(doc["topology"], "topology", label, overridden)
-    kind = top.get("kind", _choice([*FLAT_KINDS, "hierarchical"]), required=True)
+    kind = top.get("kind", _choice([*FLAT_KINDS, "graph", "hierarchical"]), required=True)
     spec = copy.deepcopy(doc["topology"])
+    if kind == "graph":
+        return _graph(name, top, spec, endpoint)
     if kind == "hierarchical":
         top.check_keys(HIER_KEYS)
         up, out = top.sub("scale_up"), top.sub("scale_out")
@@ -320,6 +325,22 @@ def build(doc: dict, name: str, label: str, overrides: list[str] = ()) -> Topolo
     return build_flat(name, kind, ranks, top.get("bandwidth", parse_bandwidth, required=True),
                       top.get("latency", _time, 0.0), top.get("in_switch_reduce", _bool, False), dims,
                       spec=spec, packet=_packet(top), endpoint=endpoint)
+
+
+def _graph(name: str, top: _Table, spec: dict, endpoint: Endpoint) -> Topology:
+    """kind = "graph": a fixed wiring, links listed per pair, an optional [topology.host] (docs/config.md)."""
+    top.check_keys(GRAPH_KEYS)
+    top.get("description", _str)
+    ranks = top.get("ranks", _int(1), required=True)
+    host = top.sub("host", required=False)
+    if host is not None:
+        host.check_keys(HOST_KEYS)
+    links = top.get("links", lambda v, where: check_wiring(ranks, v, where, host is not None), required=True)
+    route = None if host is None else (host.get("bandwidth", parse_bandwidth, required=True),
+                                       host.get("latency", _time, 0.0))
+    return build_graph(name, ranks, links, top.get("bandwidth", parse_bandwidth, required=True),
+                       top.get("latency", _time, 0.0), route, spec=spec, packet=_packet(top),
+                       host_packet=_packet(host) if host is not None else DEFAULT_PACKET, endpoint=endpoint)
 
 
 def _packet(table: _Table) -> PacketParams:

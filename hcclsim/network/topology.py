@@ -19,6 +19,7 @@ LINK LAYOUT (per kind; ``N`` ranks)
               equal-cost multipath); with one spine these are leaf k's aggregate links
               B + 2N + K + k (K leaves). Rail switch l (rail kind) is node N + D' + l, D' the
               scale-up switches (D for a switch scale-up, else 0).
+  graph       links listed per pair (network/wiring.py); routes are rows of a table in params.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from ..core.jit import njit
 from .params import DEFAULT_ENDPOINT, DEFAULT_PACKET, Endpoint, PacketParams
 
 # kind codes, shared with the kernels
-SWITCH, RING, FULL_MESH, TORUS2D, HIERARCHICAL = 0, 1, 2, 3, 4
+SWITCH, RING, FULL_MESH, TORUS2D, HIERARCHICAL, GRAPH = 0, 1, 2, 3, 4, 5
 FAT_TREE, RAIL = 0, 1
 FLAT_KINDS = {"switch": SWITCH, "ring": RING, "full_mesh": FULL_MESH, "torus2d": TORUS2D}
 SCALE_OUT_KINDS = {"fat_tree": FAT_TREE, "rail": RAIL}
@@ -47,7 +48,9 @@ OUT_REDUCE_RAIL_ONLY = (
 # params[] layout
 P_KIND, P_N, P_X, P_Y = 0, 1, 2, 3                      # flat kinds (X, Y: torus only)
 P_D, P_L, P_UPKIND, P_U, P_OUTKIND, P_NICBASE, P_LEAF, P_NLEAF, P_SPINES = 2, 3, 4, 5, 6, 7, 8, 9, 10
+P_NODES, P_HOST = 2, 3                                  # graph: nodes, the host node (-1: none)
 NPARAMS = 11
+ROUTE_ROW = 3                                           # graph: a route table row, (hops, link, link)
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,42 @@ class Topology:
         out = np.empty(self.max_hops, np.int64)
         n = route_kernel(self.params, src, dst, out)
         return [int(x) for x in out[:n]]
+
+    @property
+    def routes_partial(self) -> bool:
+        """Some pair of ranks has no route (a graph wiring without a host path): the engines check each
+        schedule's pairs (check_routes)."""
+        return self.params[P_KIND] == GRAPH and self.params[P_HOST] < 0 and bool(np.any(self._hops() < 0))
+
+    @property
+    def cap_share(self) -> np.ndarray:
+        """Per link, the share of a cap on its rank's rate it may carry (hcclsim.engine.execution): a graph
+        wiring's rank spreads a ring's traffic over its links in proportion to their bandwidth, so each takes
+        that share; elsewhere a rank has one link per tier and takes the whole cap."""
+        share = np.ones(self.nlinks)
+        if self.params[P_KIND] == GRAPH:
+            own = (self.link_tier == 0) & (self.link_src < self.nranks)
+            total = np.bincount(self.link_src[own], self.link_bw[own], self.nranks)
+            share[own] = self.link_bw[own] / total[self.link_src[own]]
+        return share
+
+    def _hops(self) -> np.ndarray:
+        nn = int(self.params[P_NODES])
+        return self.params[NPARAMS::ROUTE_ROW][: nn * nn]
+
+    def check_routes(self, src, dst, what: str) -> None:
+        """Refuse (TopologyError) a schedule -- what names it -- that sends between two ranks with no route."""
+        if not self.routes_partial:
+            return
+        src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
+        nn = int(self.params[P_NODES])
+        ok = (src >= nn) | (dst >= nn)
+        bad = np.flatnonzero(~ok & (self._hops()[np.where(ok, 0, src * nn + dst)] < 0))
+        if len(bad):
+            a, b = int(src[bad[0]]), int(dst[bad[0]])
+            raise TopologyError(f"topology {self.name!r}: {what} sends rank {a} -> rank {b}, which have no link "
+                                f"between them, and the topology has no [topology.host] path; add one, or run an "
+                                f"algorithm that stays on the links (ring lays its rings on them)")
 
     def path_latency(self, src: int, dst: int) -> float:
         return float(sum(self.link_lat[link] for link in self.route(src, dst)))
@@ -174,10 +213,13 @@ def route_kernel(params, src, dst, out):
     on a rail scale-out, the nodes after those the rail switches (the scale-out reduction
     points): a rank off the switch's rail reaches it over NVLink through its domain's
     rank on that rail, as cross-rail traffic does; on a fat tree, the nodes after the
-    scale-up switches the leaves, which a rank reaches (and is reached from) over its NIC.
+    scale-up switches the leaves, which a rank reaches (and is reached from) over its NIC; in a graph
+    wiring node N is the host (network/wiring.py).
     """
     kind = params[P_KIND]
     n = params[P_N]
+    if kind == GRAPH:
+        return _table_route(params, src, dst, out)
     if kind != HIERARCHICAL:
         a = src if src < n else -1
         b = dst if dst < n else -1
@@ -224,6 +266,17 @@ def route_kernel(params, src, dst, out):
             k += 2
     out[k] = nic + n + dst
     return k + 1
+
+
+@njit
+def _table_route(params, src, dst, out):
+    """A graph wiring's route src -> dst: row src * nodes + dst of the table after the header (hops, links);
+    a pair without a route (hops -1, refused by Topology.check_routes) has none."""
+    at = NPARAMS + (src * params[P_NODES] + dst) * ROUTE_ROW
+    h = max(params[at], 0)
+    for k in range(h):
+        out[k] = params[at + 1 + k]
+    return h
 
 
 @njit
