@@ -4,6 +4,7 @@ offload vs SM reduction, and noisy iterations (skew, jitter, percentiles)."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -105,6 +106,26 @@ def test_a_local_zero_byte_wait_issues_nothing_in_either_engine():
         t = analytic.run(s, topo, [C.sizing("all_reduce", size, 4, N).block_elems], 4, symmetric=symmetric).time[0]
         assert t == pytest.approx(want, rel=1e-12)
     assert timed("direct_twoshot", "all_reduce", topo, size, "packet")[0] == pytest.approx(want, rel=1e-9)
+
+
+def test_an_empty_collective_costs_nothing_where_a_library_runs_it():
+    """NCCL drops a collective of count 0 before planning or launching it (src/enqueue.cc:2554-2555). The real
+    input: Together's NCCL 2.26.2 AllGather log prints its size-0 rows (8-64 B on 8 ranks round to 0 per rank)
+    at 0.89-0.94 us, the host's call alone, and its 128 B-1 KiB rows at 34.6-34.9 us. Point-to-point operations are kept
+    when empty (AllToAll's sends still synchronise), and a fabric with no library (protocol none) keeps the
+    alpha-beta price, (N-1) alpha for a ring."""
+    log = Path(__file__).parents[1] / "validation/logs/h100_together_220944_all_gather_ring.txt"
+    rows = [line.split() for line in log.read_text().splitlines() if line.strip()[:1].isdigit()]
+    assert [float(r[5]) for r in rows if int(r[0]) <= 1024] == [0.89, 0.91, 0.94, 0.89, 34.73, 34.88, 34.58, 34.88]
+    h100 = load_topology("dgx-h100")
+    for engine in ("analytic", "packet"):
+        for coll in ("all_gather", "reduce_scatter", "all_reduce", "broadcast", "reduce"):
+            small = 16 if coll in ("all_gather", "reduce_scatter") else 0     # 0 bytes either way
+            assert timed("ring", coll, h100, small, engine)[0] == 0.0, (coll, engine)
+            assert timed("ring", coll, h100, 4096, engine)[0] > 10e-6             # a launch and a latency
+        assert timed("direct", "all_to_all", h100, 16, engine)[0] > 10e-6           # 0 per peer: still sent
+        assert timed("ring", "all_gather", h100, 16, engine, launch="loop:8")[0] == 0.0
+    assert timed("ring", "all_gather", switch(), 16)[0] == pytest.approx((N - 1) * ALPHA, rel=1e-12)
 
 
 # ------------------------------------------------------------------------------------ where it runs

@@ -25,6 +25,9 @@ timeline (docs/execution.md has the model and every rule's reasoning):
 
     time = launch + exposed host costs + base latency + max(engine time, hidden costs)
     loop:  time = max(that without the launch, G x launch_overhead)
+
+An empty collective (count 0) costs nothing where the endpoint models a library (a protocol): NCCL returns
+before it plans or launches anything (``EMPTY_DISCARDED``).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import numpy as np
 
 from ..core.errors import ConfigError
 from ..core.jit import njit
+from ..core.names import ALL_GATHER, ALL_REDUCE, BROADCAST, REDUCE, REDUCE_SCATTER
 from ..network.params import WIRE_PROTOCOLS
 from ..network.topology import Topology
 from ..schedule.expand import expand
@@ -333,6 +337,14 @@ def _timed(engine_run, schedule, device, block_elems, dtype_size, noise, nranks,
     return out, stats
 
 
+# Collectives a library drops when their count is 0: "Empty collectives can be discarded" (NVIDIA/nccl v2.28.9
+# src/enqueue.cc:2554-2555, taskAppend) -- no plan, no launch; nccl-tests' size-0 rows of NCCL 2.26.2 take
+# the host's call alone, 0.9 us (validation/logs/h100_together_220944_all_gather_ring.txt). Point-to-point
+# operations (AllToAll and the matrix collectives are grouped sends and receives) are kept even when empty
+# (p2pTaskAppend has no such test) and synchronise their peers.
+EMPTY_DISCARDED = frozenset({ALL_REDUCE, ALL_GATHER, REDUCE_SCATTER, BROADCAST, REDUCE})
+
+
 def run(engine_run, schedule: Schedule, topo: Topology, block_elems, dtype_size: int,
         launch: str = "host", noise: Noise = QUIET, size_bytes=None):
     """(seconds[iters, sizes], engine stats or None, protocol per size): the schedule timed by an engine with
@@ -371,6 +383,8 @@ def run(engine_run, schedule: Schedule, topo: Topology, block_elems, dtype_size:
             stats = stats or {k: np.full(len(block_elems), np.nan) for k in proto_stats}
             for k, v in proto_stats.items():
                 stats[k][take] = v[take]
+    if topo.endpoint.protocol != "none" and schedule.collective in EMPTY_DISCARDED:
+        best[:, block_elems == 0] = 0.0
     return best, stats, names
 
 
