@@ -59,9 +59,11 @@ def test_a_part_of_a_world_is_matched_over_its_ranks_but_has_no_group_size(capsy
 
 # ------------------------------------------------------------------------------ hand-made pairs of ranks
 
-def rank_trace(tmp_path, rank, collectives, world=2, name=None):
-    """A Kineto trace of one rank: per collective (name, process group, elements, kernel start, kernel us)."""
-    events = []
+def rank_trace(tmp_path, rank, collectives, world=2, name=None, compute=()):
+    """A Kineto trace of one rank: per collective (name, process group, elements, kernel start, kernel us);
+    compute: (stream, start, us) of compute kernels (the collectives run on stream 7)."""
+    events = [{"ph": "X", "cat": "kernel", "name": "ampere_sgemm_128x64_nn", "pid": 0, "tid": st, "ts": ts,
+               "dur": dur, "args": {"stream": st}} for st, ts, dur in compute]
     for i, (coll, group, nelems, ts, dur) in enumerate(collectives):
         args = {"Collective name": coll, "In msg nelems": nelems, "Out msg nelems": nelems, "Group size": 2,
                 "dtype": "Float", "Process Group Name": group, "Process Group Ranks": "[0, 1]"}
@@ -91,6 +93,25 @@ def test_the_minimum_over_ranks_of_each_collective_of_each_group(capsys, tmp_pat
     status, out, err = run(capsys, "replay", r0, r1, "-t", "switch8", "--format", "json")
     assert status == 0, err
     assert json.loads(out)["traces"][0]["measured_us"] == 30 + 5 + 40
+
+
+def test_the_job_exposed_time_is_each_collective_on_its_fastest_rank(capsys, tmp_path):
+    # the AllReduce runs fastest on rank 1 (1050-1080), where a compute kernel on stream 9 covers 1050-1060 and
+    # one on the collectives' own stream 7 (1070-1075) covers nothing: 20 us exposed; the Broadcast runs
+    # fastest on rank 0 (1200-1205), with 1200-1203 covered: 2 us. Rank 0's long AllReduce kernel (1000-1100,
+    # its wait for rank 1) is not the collective's time, nor is its compute there
+    ops0, ops1 = [("allreduce", "0", 256, 1000, 100), ("broadcast", "1", 64, 1200, 5)], \
+        [("allreduce", "0", 256, 1050, 30), ("broadcast", "1", 64, 1190, 12)]
+    r0 = rank_trace(tmp_path, 0, ops0, compute=[(9, 1020, 30), (9, 1195, 8)])
+    r1 = rank_trace(tmp_path, 1, ops1, compute=[(9, 1040, 20), (7, 1070, 5)])
+    status, out, err = run(capsys, "replay", r0, r1, "-t", "switch8", "--format", "json")
+    assert status == 0, err
+    job = json.loads(out)["traces"][0]
+    assert (job["measured_us"], job["exposed_us"]) == (30 + 5, 20 + 2)
+    # one file without compute kernels: no exposed time for the job
+    bare = rank_trace(tmp_path, 1, ops1, name="bare1.json")
+    status, out, _ = run(capsys, "replay", r0, bare, "-t", "switch8", "--format", "json")
+    assert status == 0 and json.loads(out)["traces"][0]["exposed_us"] is None
 
 
 def test_separate_traces_keep_replaying_alone(capsys):

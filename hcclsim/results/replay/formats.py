@@ -93,6 +93,7 @@ class Trace:
     compute: list = field(default_factory=list)    # (stream, start_us, end_us) of non-NCCL kernels
     hardware: str = ""             # the trace's device name, where it says
     world: tuple = ()              # (rank, world size) from a Kineto trace's distributedInfo, where it says
+    exposed: float | None = None   # the ranks of one job merged (ranks.merge): their exposed time, worked out there
 
     @property
     def unmodelled(self) -> Counter:
@@ -382,16 +383,15 @@ def _param(path: str, data: list) -> Trace:
 def exposed_us(trace: Trace) -> float | None:
     """The collectives' kernel time not overlapped by compute kernels on another stream: the union of the
     collective kernels' intervals minus the union of compute intervals elsewhere. None without compute."""
-    if not trace.compute:
-        return None
-    total = 0.0
-    for r in trace.records:
-        if r.measured_us is None:
-            continue
-        a, b = r.start_us, r.start_us + r.measured_us
-        covered = _union([(max(s, a), min(t, b)) for st, s, t in trace.compute if st != r.stream and t > a and s < b])
-        total += (b - a) - covered
-    return total
+    if trace.exposed is not None or not trace.compute:
+        return trace.exposed
+    return sum(exposed_one(r, trace.compute) for r in trace.records if r.measured_us is not None)
+
+
+def exposed_one(r: Record, compute: list) -> float:
+    """The part of record r's kernel interval that no compute kernel on another stream covers."""
+    a, b = r.start_us, r.start_us + r.measured_us
+    return (b - a) - _union([(max(s, a), min(t, b)) for st, s, t in compute if st != r.stream and t > a and s < b])
 
 
 def _union(spans) -> float:

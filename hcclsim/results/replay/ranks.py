@@ -18,6 +18,10 @@ the ranks is the kernel of the last one, the collective's own time (TraceLens' c
 NcclAnalyser.build_df_nccl_implicit_sync_cat, AMD-AGI/TraceLens@171dd74). It needs no clock common to the
 hosts, as the latest start to the earliest end would. It still holds the last rank's wait for its peers'
 data inside the collective, and the skew of ranks launched nearly together.
+
+The job's exposed time is taken the same way: each collective on the rank where it ran fastest, its kernel
+less what that rank's compute on other streams covers (formats.exposed_one), summed; none unless every rank
+file has compute kernels. A rank's own exposed time also counts its waits for the others.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from dataclasses import replace
 
 from ...core.errors import ConfigError
 from ...schedule import collectives as C
-from .formats import Record, Trace
+from .formats import Record, Trace, exposed_one
 
 
 def separate_jobs(traces: list[Trace]) -> None:
@@ -71,6 +75,7 @@ def merge(ranks: list[Trace]) -> Trace:
     as the lowest rank has them."""
     sequences = [_sequences(t) for t in ranks]
     world = ranks[0].world[1]
+    exposed = []                     # per timed collective, on the rank where it ran fastest (its own time)
     records = [r for r in ranks[0].records if r.kind is None]
     for group in dict.fromkeys(g for seq in sequences for g in seq):
         members = [(t, seq[group]) for t, seq in zip(ranks, sequences) if group in seq]
@@ -88,10 +93,14 @@ def merge(ranks: list[Trace]) -> Trace:
                 raise ConfigError(f"{t.path}: process group {group!r}: {len(recs)} collectives, {first.path} has "
                                   f"{len(firsts)}: expected the same steps traced on every rank of one job")
         for k in range(len(firsts)):
-            records.append(_matched(group, k, [(t, recs[k]) for t, recs in members], world))
+            rec, (fast, fast_rec) = _matched(group, k, [(t, recs[k]) for t, recs in members], world)
+            records.append(rec)
+            if fast_rec is not None:
+                exposed.append(exposed_one(fast_rec, fast.compute))
     records.sort(key=lambda r: r.start_us)
     path = f"{ranks[0].path} (+{len(ranks) - 1} ranks)"
-    return Trace(path, ranks[0].format, records, hardware=ranks[0].hardware)
+    job_exposed = sum(exposed) if all(t.compute for t in ranks) else None
+    return Trace(path, ranks[0].format, records, hardware=ranks[0].hardware, exposed=job_exposed)
 
 
 def _sequences(trace: Trace) -> dict:
@@ -118,9 +127,11 @@ def _matched(group: str, k: int, members: list, world: int) -> Record:
                               f"collective on every rank of one job")
     recs = [r for _, (_, r) in members]
     times = [r.measured_us for r in recs if r.measured_us is not None]
+    timed = [(r.measured_us, j) for j, r in enumerate(recs) if r.measured_us is not None]
+    fast = (members[min(timed)[1]][0], recs[min(timed)[1]]) if timed else (None, None)
     out = replace(max(recs, key=lambda r: r.count_in or 0) if r0.kind == C.ALL_TO_ALLV else r0,
                   start_us=r0.start_us, measured_us=min(times, default=None),
                   measured_max_us=max(times, default=None), over_ranks=len(times))
     if out.group_size is None and not group and len(members) == world:
         out.group_size = world            # no process group in the trace, and on every rank of the world
-    return out
+    return out, fast
