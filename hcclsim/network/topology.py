@@ -129,19 +129,23 @@ class Topology:
         nn = int(self.params[P_NODES])
         return self.params[NPARAMS::ROUTE_ROW][: nn * nn]
 
-    def check_routes(self, src, dst, what: str) -> None:
-        """Refuse (TopologyError) a schedule -- what names it -- that sends between two ranks with no route."""
+    def unrouted(self, src, dst) -> tuple[int, int] | None:
+        """The first (source, destination) of the transfers src -> dst with no route between them, or None."""
         if not self.routes_partial:
-            return
+            return None
         src, dst = np.asarray(src, np.int64), np.asarray(dst, np.int64)
         nn = int(self.params[P_NODES])
         ok = (src >= nn) | (dst >= nn)
         bad = np.flatnonzero(~ok & (self._hops()[np.where(ok, 0, src * nn + dst)] < 0))
-        if len(bad):
-            a, b = int(src[bad[0]]), int(dst[bad[0]])
-            raise TopologyError(f"topology {self.name!r}: {what} sends rank {a} -> rank {b}, which have no link "
-                                f"between them, and the topology has no [topology.host] path; add one, or run an "
-                                f"algorithm that stays on the links (ring lays its rings on them)")
+        return (int(src[bad[0]]), int(dst[bad[0]])) if len(bad) else None
+
+    def check_routes(self, src, dst, what: str) -> None:
+        """Refuse (TopologyError) a schedule -- what names it -- that sends between two ranks with no route."""
+        pair = self.unrouted(src, dst)
+        if pair:
+            raise TopologyError(f"topology {self.name!r}: {what} sends rank {pair[0]} -> rank {pair[1]}, which have "
+                                f"no link between them, and the topology has no [topology.host] path; add one, or "
+                                f"run an algorithm that stays on the links (ring lays its rings on them)")
 
     def path_latency(self, src: int, dst: int) -> float:
         return float(sum(self.link_lat[link] for link in self.route(src, dst)))

@@ -18,7 +18,7 @@ from importlib.metadata import entry_points
 from ..core.errors import ConfigError, UnsupportedError
 from ..core.registry import Registry
 from ..network.topology import Topology
-from .collectives import Sizing
+from .collectives import Sizing, sizing
 from .ir import Schedule
 
 ALGORITHMS = Registry("algorithm")
@@ -66,7 +66,20 @@ class Algorithm:
             return f"does not implement {problem.collective} (it implements {', '.join(self.collectives)})"
         if problem.nranks < 2:
             return "a collective needs at least 2 ranks"
-        return self.why_not(problem)
+        return self.why_not(problem) or self._unrouted(problem)
+
+    def _unrouted(self, problem: Problem) -> str | None:
+        """On a wiring where some pairs have no route (a graph without a host path): the pair this
+        algorithm's schedule (compiled at 1 MiB) would need, so that a sweep skips it instead of failing."""
+        topo = problem.topology
+        if not topo.routes_partial:
+            return None
+        from .expand import expand  # numba's: loaded when a wiring needs it, not at start-up
+        key = self.structure_key(problem, sizing(problem.collective, 1 << 20, 4, problem.nranks), 4)
+        ex = expand(self.compile(problem, key))
+        pair = topo.unrouted(ex["src"], ex["dst"])
+        return None if pair is None else (f"sends rank {pair[0]} -> rank {pair[1]}, which have no link and no "
+                                          f"[topology.host] path")
 
     def why_not(self, problem: Problem) -> str | None:
         return None
