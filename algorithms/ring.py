@@ -27,10 +27,17 @@ ring uses. On a graph wiring (also on by default, when the wiring has a Hamilton
 cycle) the cycles are hcclsim.network.wiring.ring_cycles: within each link's count,
 both ways round (NCCL's rings over a DGX-1's NVLink cube mesh).
 
-Broadcast and Reduce are a pipelined chain from (to) the root.
+Broadcast and Reduce are a pipelined chain from (to) the root. Where the endpoint models a library's
+protocol (``chain``: stream) every rank forwards what streams in (a STREAM dependency: it starts once the
+first byte is in and pays its step latency once), as NCCL's chain does: each channel keeps up to
+NCCL_STEPS steps in flight and the channels' steps interleave on the links, so the chain is full after a
+latency per hop, not after a store-and-forward chunk per hop (NCCL's cost model prices it the same way:
+one step latency and S over the bus bandwidth, src/graph/tuning.cc:363-366, v2.28.9). Elsewhere (store) a
+rank forwards a chunk once it is in.
 
 Alpha-beta (switch, P = 1, any C): AllReduce 2(N-1)(a + S/(N B)); AllGather and
-ReduceScatter (N-1)(a + S/(N B)); Broadcast (N-2+P)(a + S/(P B)) -- docs/model.md.
+ReduceScatter (N-1)(a + S/(N B)); Broadcast (N-2+P)(a + S/(P B)) -- docs/model.md -- and streamed
+(N-1) a + S/B.
 Rail rings on a rail fabric: AllReduce 2(N-1) S/(N L B_out) + a_out while the
 NICs are the bottleneck; mesh rings on a full mesh: AllReduce 2(N-1)(a + S/(N C B)),
 C = len(mesh_cycles(N)) (N-1 = 7 on 8 ranks); on a graph wiring the same with B the
@@ -57,12 +64,14 @@ from hcclsim.schedule import (
     const,
     rank_of,
     rot,
+    stream,
 )
 from hcclsim.schedule import collectives as C
 from hcclsim.schedule.algorithm import Algorithm, Problem, auto_chunks, opt, register
 
 RAILS = ("auto", "on", "off")
 PERMUTE = RAILS
+CHAIN = ("auto", "stream", "store")
 
 
 @dataclass(frozen=True)
@@ -74,6 +83,9 @@ class RingOptions:
                          "Broadcast/Reduce one per chunk_size bytes)")
     chunk_size: int = opt(128 << 10, "bytes per pipelined chunk for Broadcast/Reduce when chunks=0")
     max_chunks: int = opt(64, "upper bound on automatic chunks")
+    chain: str = opt("auto", "Broadcast/Reduce: stream (each rank forwards what streams in, paying its step "
+                             "latency once), store (each chunk forwarded once it is in), or auto (stream where "
+                             "the endpoint models a library's protocol, else store)")
     rails: str = opt("auto", "lay each ring one NIC (rail) apart, entering and leaving every domain through "
                              "a different NIC per channel: on, off, or auto (on for hierarchical topologies "
                              "with several domains of several ranks)")
@@ -89,6 +101,8 @@ class RingOptions:
             raise ValueError(f"rails must be one of {', '.join(RAILS)}, not {self.rails!r}")
         if self.permute not in PERMUTE:
             raise ValueError(f"permute must be one of {', '.join(PERMUTE)}, not {self.permute!r}")
+        if self.chain not in CHAIN:
+            raise ValueError(f"chain must be one of {', '.join(CHAIN)}, not {self.chain!r}")
 
 
 @register
@@ -129,10 +143,15 @@ class Ring(Algorithm):
             return len(_cycles(problem.topology))
         return 2 if problem.topology.kind in ("ring", "full_mesh", "torus2d", "graph") else 1
 
+    def _streams(self, problem: Problem) -> bool:
+        if self.options.chain == "auto":
+            return problem.topology.endpoint.protocol != "none"
+        return self.options.chain == "stream"
+
     def structure_key(self, problem, sizing, dtype_size):
         if self.options.chunks:
             return self.options.chunks
-        if problem.collective in (C.BROADCAST, C.REDUCE):
+        if problem.collective in (C.BROADCAST, C.REDUCE) and not self._streams(problem):
             return auto_chunks(sizing.size_bytes, self.options.chunk_size, self.options.max_chunks)
         return 1
 
@@ -140,7 +159,7 @@ class Ring(Algorithm):
         n, coll = problem.nranks, problem.collective
         chans, P = self._channels(problem), int(key)
         if coll in (C.BROADCAST, C.REDUCE):
-            return _chain(problem, self.label, P)
+            return _chain(problem, self.label, P, self._streams(problem))
         k = chans * P
         layout = Layout(C.nblocks(coll, n), n * k if coll == C.ALL_REDUCE else k)
         topo = problem.topology
@@ -330,8 +349,9 @@ def mesh_cycles(n: int) -> list[tuple[int, ...]]:
     return out + [(new, *path)] if path else out
 
 
-def _chain(problem: Problem, label: str, P: int):
-    """Pipelined chain: Broadcast root -> root+1 -> ... ; Reduce root+1 -> ... -> root."""
+def _chain(problem: Problem, label: str, P: int, streams: bool):
+    """Pipelined chain: Broadcast root -> root+1 -> ... ; Reduce root+1 -> ... -> root. streams: a rank
+    forwards chunk p as it streams in (cut-through), else once it is in."""
     n, root, coll = problem.nranks, problem.root, problem.collective
     b = ScheduleBuilder(coll, label, n, (1, n), Layout(1, P), root=root)
     first = root if coll == C.BROADCAST else root + 1
@@ -344,7 +364,7 @@ def _chain(problem: Problem, label: str, P: int):
             if not 0 <= p < P:
                 continue
             g = b.next_group() if g is None else g
-            deps = [tid[(h - 1, p)]] if h > 0 else []
+            deps = [] if h == 0 else [stream(tid[(h - 1, p)]) if streams else tid[(h - 1, p)]]
             if p > 0:
                 deps.append(tid[(h, p - 1)])
             src, dst = (first + h) % n, (first + h + 1) % n

@@ -500,6 +500,17 @@ def _validation_errors(preset):
     return "\n".join(lines)
 
 
+@block("validation-worst")
+def _validation_worst(preset, collective):
+    """The largest busbw error (signed) of a preset's case of one collective without --set, every size."""
+    pts = validation_points(preset)
+    p = pts[(pts.collective == collective) & (pts.overrides == "")]
+    if p.case.nunique() != 1:
+        raise ValueError(f"validation-worst {preset} {collective}: {p.case.nunique()} cases")
+    err = p.groupby("nominal").busbw_error.mean()
+    return f"{err[err.abs().idxmax()] * 100:+.0f} %"
+
+
 @block("validation-value")
 def _validation_value(preset, collective, overrides, size, column):
     """One column of one case's points at one size (OVERRIDES as the case's --set, joined by ',', or '-')."""

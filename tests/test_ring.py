@@ -93,6 +93,39 @@ def test_broadcast_chain_pays_one_alpha_per_hop_and_per_chunk(switch8, coll, P):
         assert t == pytest.approx(want, rel=1e-12), (root, t, want)
 
 
+def streaming_switch(issue=0.0):
+    """switch8 (50 GB/s, 500 ns a hop) whose endpoint models a library: the chain streams (chain = auto)."""
+    from hcclsim.network.params import Endpoint
+    return build_flat("s", "switch", 8, 50e9, 500e-9, endpoint=Endpoint(issue_overhead=issue, protocol="ll128"))
+
+
+@pytest.mark.parametrize("coll", ["broadcast", "reduce"])
+@pytest.mark.parametrize("issue", [0.0, 2e-6])
+def test_a_streamed_chain_pays_a_latency_per_hop_and_the_size_once(coll, issue):
+    """chain = stream: each rank forwards what streams in, so the chain takes (N-1)(alpha + o) + S/(share B)
+    after the protocol's base latency, in both engines: LL128 (share 0.92, step latency 1.3 us, base 14 us,
+    docs/execution.md), alpha = 2 x 500 ns, o the issue overhead. The store-and-forward chain of one chunk
+    takes (N-1)(alpha + o + S/(share B)): 7 times the size."""
+    from hcclsim.engine import packet
+    from hcclsim.engine.execution import run as run_exec
+    topo, size = streaming_switch(issue), 1 << 20
+    a, bw = 2 * 500e-9 + 1.3e-6 + issue, 0.92 * 50e9
+    want = {"stream": 14e-6 + 7 * a + size / bw, "store": 14e-6 + 7 * (a + size / bw)}
+    for chain, t in want.items():
+        for engine, rel in ((analytic, 1e-12), (packet, 0.03)):
+            s = compile_for(f"ring:chain={chain}:chunks=1", coll, topo, size, root=5)
+            sz = C.sizing(coll, size, 4, 8)
+            got = run_exec(engine.run, s, topo, [sz.block_elems], 4, "device", size_bytes=[size])[0][0, 0]
+            assert got == pytest.approx(t, rel=rel), (chain, engine.__name__, got, t)
+    assert compile_for("ring", coll, topo, size).notes == compile_for("ring:chain=stream", coll, topo, size).notes
+
+
+def test_the_chain_streams_where_a_library_runs_it_and_stores_elsewhere(switch8):
+    size = 1 << 20
+    assert time_of("ring", "broadcast", switch8, size) == time_of("ring:chain=store", "broadcast", switch8, size)
+    assert time_of("ring", "broadcast", switch8, size) > time_of("ring:chain=stream", "broadcast", switch8, size)
+
+
 def pipelined_ring_reference(steps: int, P: int, alpha: float, chunk_time: float) -> float:
     """The pipelined ring by hand: chunk p of step s leaves once chunk p of step s-1 has arrived
     from upstream and my previous chunks have left; the chunks of one wave share my link."""

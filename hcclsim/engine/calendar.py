@@ -13,7 +13,7 @@ import numpy as np
 from ..core.jit import njit
 
 PB = 42                                   # payload bits: kind << IDB | id
-IDB = PB - 2
+IDB = PB - 3                              # 3 bits of kind: TX_DONE, ARRIVE, START, REDUCED, EMIT
 IDMASK = (1 << IDB) - 1
 PAYMASK = (1 << PB) - 1
 U = np.uint64                             # unsigned indices: no negative-index wraparound checks

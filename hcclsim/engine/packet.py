@@ -45,6 +45,7 @@ from ..schedule.ir import (
     F_NRUN,
     ORDER,
     PUT_REDUCE,
+    STREAM,
     Schedule,
 )
 from . import packet_kernel as K
@@ -276,7 +277,7 @@ def _per_byte(bandwidth) -> np.ndarray:
     return np.rint(1e12 / np.asarray(bandwidth, np.float64) * (1 << K.FIX)).astype(np.int64)
 
 
-def _jobs(src, dst, npk, dptr, didx, n):
+def _jobs(src, dst, npk, dptr, didx, n, dkind=None):
     """Fuse 'contributions into a switch, then the switch sends the result' into packet-level jobs.
 
     A switch-sourced transfer m whose dependencies include transfers into that switch of as many
@@ -288,8 +289,13 @@ def _jobs(src, dst, npk, dptr, didx, n):
     fused = np.zeros(X, np.int64)
     groups: dict[bytes, list] = {}
     contrib_of: dict[bytes, np.ndarray] = {}
-    for m in np.nonzero(src >= n)[0]:
+    relays = np.zeros(X, bool)
+    if dkind is not None:                      # a rank forwarding what streams in (STREAM dependencies)
+        np.logical_or.at(relays, np.repeat(np.arange(X), np.diff(dptr)), dkind == STREAM)
+    for m in np.nonzero((src >= n) | relays)[0]:
         deps = didx[dptr[m]:dptr[m + 1]]
+        if src[m] < n:
+            deps = deps[dkind[dptr[m]:dptr[m + 1]] == STREAM]
         c = np.unique(deps[dst[deps] == src[m]])
         if len(c) == 0 or npk[m] == 0 or np.any(npk[c] != npk[m]):
             continue
@@ -377,7 +383,7 @@ def prepare(schedule: Schedule, topo: Topology, block_elems: int, dtype_size: in
     npk = -(-nbytes // mtu)
     last = nbytes - (npk - 1) * mtu
     dptr, didx = ex["dptr"], ex["didx"]
-    job_of, fused, jobs, fan_ptr, fan_idx = _jobs(src, dst, npk, dptr, didx, n)
+    job_of, fused, jobs, fan_ptr, fan_idx = _jobs(src, dst, npk, dptr, didx, n, ex["dkind"])
     xt = np.zeros((len(src), K.NX), np.int64)
     xt[:, K.X_SRC], xt[:, K.X_DST], xt[:, K.X_NPK] = src, dst, npk
     xt[:, K.X_PKB], xt[:, K.X_LASTB] = np.minimum(mtu, nbytes), last

@@ -63,7 +63,7 @@ import numpy as np
 from ..core.jit import njit
 from .calendar import IDB, IDMASK, PAYMASK, PB, U, _heap_pop, _queue, _room, _sort
 
-EV_TX_DONE, EV_ARRIVE, EV_START, EV_REDUCED = 0, 1, 2, 3
+EV_TX_DONE, EV_ARRIVE, EV_START, EV_REDUCED, EV_EMIT = 0, 1, 2, 3, 4
 FIX = 16                                  # link_ser / reduce costs are ps per byte << FIX
 
 # transfer table columns (xt, built by packet.prepare; X_REDUCE: its rank's reduction unit reduces it on arrival)
@@ -96,7 +96,7 @@ N_USED, N_TWH, N_TWT, N_TABLE = (U(i) for i in range(4))
 NSH = 2
 # actions; a stack entry is id << 4 | action; E_* run a popped event (8 + its type)
 A_NONE, A_TRY, A_INJECT, A_READY, A_ENGINES, A_WAKE_TABLE, A_COMPLETE, A_DELIVER = range(8)
-E_TX_DONE, E_ARRIVE, E_START, E_REDUCED = 8, 9, 10, 11
+E_TX_DONE, E_ARRIVE, E_START, E_REDUCED, E_EMIT = 8, 9, 10, 11, 12
 # _run's saved scalars
 Z_NHEAP, Z_CUR, Z_POS, Z_CNT, Z_NOW, Z_NWORK, Z_NSLOTS, Z_FREE, Z_NTR, Z_CSH, Z_BMAX, Z_CPAY = range(12)
 NZ = 12
@@ -171,6 +171,14 @@ def _unwire(pk, ls, ao, po):
 @njit
 def _new_packet(pk, xs, path_links, ls, x, k, nb, now, p):
     """Fill slot p with packet k of transfer x and queue it at the transfer's first link (returned)."""
+    lk = _fill_packet(pk, xs, path_links, x, k, nb, now, p)
+    _enqueue(pk, ls, lk, p)
+    return lk
+
+
+@njit
+def _fill_packet(pk, xs, path_links, x, k, nb, now, p):
+    """Fill slot p with packet k of transfer x, in at its source at now; returns its first link."""
     po = U(p) << PSH
     xo = U(x) << TSH
     pk[po + P_X] = x
@@ -181,9 +189,7 @@ def _new_packet(pk, xs, path_links, ls, x, k, nb, now, p):
     path = xs[xo + T_PATH]
     pk[po + P_PATH] = path
     pk[po + P_L2] = path_links[U(path + 1)] if xs[xo + T_PLEN] > 1 else -1
-    lk = path_links[U(path)]
-    _enqueue(pk, ls, lk, p)
-    return lk
+    return path_links[U(path)]
 
 
 @njit
@@ -472,6 +478,18 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
             if j >= 0 and nslots + 2 * (job_fan_ptr[j + 1] - job_fan_ptr[j]) > pkcap:
                 code = G_PACKETS
                 break
+            if j >= 0 and jobs[2 * j] < nranks:                     # a rank relays it: room for its EMITs
+                nfan = job_fan_ptr[j + 1] - job_fan_ptr[j]
+                short = False
+                for f in range(job_fan_ptr[j], job_fan_ptr[j + 1]):
+                    m = job_fan_idx[f]
+                    t = max(now, rel_ps[m]) + issue_ps + jit_ps[m]
+                    if not _room(bc, nheap, hcap, csh, cur, wsh, mask, t, nfan):
+                        code = G_HEAP if t >> wsh == cur else G_BUCKETS
+                        short = True
+                        break
+                if short:
+                    break
             k = pk[po + P_IDX]
             pk[po + P_NEXT] = free_top                              # free the slot
             free_top = p
@@ -527,6 +545,11 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
                             else:
                                 q = nslots
                                 nslots += 1
+                            if sw < nranks:                         # a rank relays: it issues the packet as
+                                t = max(now, rel_ps[m]) + issue_ps + jit_ps[m]   # any transfer (release,
+                                _fill_packet(pk, xs, path_links, m, idx, nb, t, q)   # overhead, jitter)
+                                nheap, bmax = _queue(bk, bc, heap, nheap, csh, cur, wsh, mask, t, (EV_EMIT << IDB) | q, bmax)
+                                continue
                             lm = _new_packet(pk, xs, path_links, ls, m, idx, nb, now, q)
                         if nxt >= 0:
                             work[U(nwork)] = nxt
@@ -542,6 +565,12 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
                 act = nxt & 15
                 ident = nxt >> 4
             continue
+        if act == E_EMIT:                                           # a relaying rank issues packet ident
+            p = ident
+            lk = path_links[U(pk[(U(p) << PSH) + P_PATH])]
+            _enqueue(pk, ls, lk, p)
+            act = A_TRY
+            ident = lk
         if act == E_REDUCED:                                        # rank ident's reduction unit is done
             ro = U(ident) << RSH
             p = rs[ro + R_RUH]
