@@ -63,20 +63,53 @@ def test_bare_command_prints_the_help_with_status_0(capsys):
     assert (status, err) == (0, "") and out.startswith("Usage: hccl-bench")   # not "error: Usage: ..." with 2
 
 
-@pytest.mark.parametrize("args", [["sweep", "-a", "ring", "-b", "1K", "-e", "1M"],                   # rich's table
-                                  ["sweep", "-a", "ring", "-b", "1K", "-e", "1M", "--format", "csv"],
-                                  ["topologies", "switch8"], ["--version"], []])
-def test_a_reader_that_has_gone_is_status_0_and_silent(args):
-    """`hccl-bench sweep | head`: stdout's reader closed before anything was written. rich (and click) exit 1
-    on the broken pipe, a failed gate here, and Python's final flush adds a message and status 120."""
+def _closed_stdout(args):
+    """(status, stderr) of `python -m hcclsim.cli ARGS` whose stdout's only reader closed before it wrote."""
     import os
     import subprocess
     import sys
     p = subprocess.Popen([sys.executable, "-m", "hcclsim.cli", *args], stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, env={**os.environ, "HCCL_BENCH_SERVER": "0"})
-    p.stdout.close()                           # the only reader: every write of the command hits EPIPE
+    p.stdout.close()                           # every write of the command hits EPIPE
     err = p.stderr.read()
-    assert (p.wait(timeout=300), err) == (0, b"")
+    return p.wait(timeout=300), err
+
+
+@pytest.mark.parametrize("args", [["sweep", "-a", "ring", "-b", "1K", "-e", "1M"],                   # rich's table
+                                  ["sweep", "-a", "ring", "-b", "1K", "-e", "1M", "--format", "csv"],
+                                  ["topologies", "switch8"], ["--version"], []])
+def test_a_reader_that_has_gone_is_status_141_and_silent(args):
+    """`hccl-bench sweep | head`: stdout's reader closed before anything was written. rich and click exited 1
+    on the broken pipe (a failed gate here) and Python's final flush added a message and 120; the command ends
+    as SIGPIPE ends a writer, 141, with nothing on stderr."""
+    assert _closed_stdout(args) == (141, b"")
+
+
+def test_a_verdict_is_not_turned_into_success_by_a_reader_that_has_gone(tmp_path, capsys):
+    """compare finds a regression (status 1) and its table then hits the closed pipe: 141, never 0."""
+    base, cur = tmp_path / "base.csv", tmp_path / "cur.csv"
+    head = "collective,algorithm,topology,ranks,engine,size_bytes,count,dtype,root,time_us,algbw_GBps,busbw_GBps\n"
+    base.write_text(head + "all_reduce,ring,switch8,8,analytic,1024,256,float32,-1,10,0.1,0.2\n")
+    cur.write_text(head + "all_reduce,ring,switch8,8,analytic,1024,256,float32,-1,20,0.05,0.1\n")
+    assert run(capsys, "compare", base, cur)[0] == 1               # the verdict, read to the end
+    status, _ = _closed_stdout(["compare", str(base), str(cur)])
+    assert status == 141
+
+
+def test_a_closed_stderr_leaves_stdout_alone(tmp_path):
+    """The broken pipe was stderr's: stdout (a results file) is not sent to /dev/null."""
+    import os
+    import subprocess
+    import sys
+    out = tmp_path / "out.txt"
+    code = ("import sys\nfrom hcclsim.cli import _reader_gone\nsys.stdout.write('before\\n'); sys.stdout.flush()\n"
+            "status = _reader_gone()\nsys.stdout.write(f'after {status}\\n')\n")
+    with open(out, "w") as f:
+        p = subprocess.Popen([sys.executable, "-c", code], stdout=f, stderr=subprocess.PIPE,
+                             env={**os.environ, "HCCL_BENCH_SERVER": "0"})
+        p.stderr.close()
+        assert p.wait(timeout=60) == 0
+    assert out.read_text() == "before\nafter 141\n"
 
 
 def test_every_command_is_listed_in_the_top_level_help():

@@ -205,3 +205,30 @@ def test_every_ring_schedule_on_a_wiring_computes_its_collective(tmp_path, where
     s = compile_for(spec, coll, topo)
     for count in (1, 97):
         check(s, count)
+
+
+def test_the_ring_search_scales_and_stops():
+    """A 1200-rank ring wiring is deeper than Python's recursion (the search recursed per rank: RecursionError,
+    status 3); a triangle of 1000 links a side takes NCCL's 64 channels at most (32 rings each way), not 1000
+    nested searches; K(7,8), bipartite with unequal sides, has no Hamiltonian cycle and the walk gives up
+    within its step budget instead of enumerating every path."""
+    n = 1200
+    cycles = ring_cycles(n, tuple((i, (i + 1) % n, 1) for i in range(n)))
+    assert [len(c) for c in cycles] == [n, n] and cycles[0][:3] == (0, 1, 2) and cycles[1][:3] == (0, n - 1, n - 2)
+    assert len(ring_cycles(3, ((0, 1, 1000), (1, 2, 1000), (2, 0, 1000)))) == 64
+    assert len(ring_cycles(2, ((0, 1, 1000),))) == 64
+    assert ring_cycles(15, tuple((a, b, 1) for a in range(7) for b in range(7, 15))) == ()
+
+
+def test_a_matrix_that_stays_on_the_links_runs_without_a_host(tmp_path, capsys):
+    """all_to_allv's pairs are its matrix's: a path 0-1-2-3 without a host runs a matrix between neighbours,
+    and refuses (one line, from the engine) the uniform one, which needs 0 -> 2."""
+    path = tmp_path / "path.toml"
+    path.write_text('[topology]\nkind = "graph"\nranks = 4\nbandwidth = "10GB/s"\n'
+                    "links = [[0, 1, 1], [1, 2, 1], [2, 3, 1]]\n", encoding="utf-8")
+    line = tmp_path / "line.csv"
+    line.write_text("0,1,0,0\n1,0,1,0\n0,1,0,1\n0,0,1,0\n", encoding="utf-8")
+    args = ("sweep", "-t", path, "-c", "all_to_allv", "-a", "direct", "-b", "1M", "-e", "1M", "--format", "csv")
+    status, out, err = run(capsys, *args, "--matrix", line)
+    assert status == 0 and out.count("all_to_allv,direct") == 1, err
+    assert_one_line_error(*run(capsys, *args), "no link between them")

@@ -24,6 +24,19 @@ def test_a_key_that_takes_a_list_is_set_not_varied_unless_given_lists():
     assert fixed == ['endpoint.algorithms=["ring","tree"]', "dims=[2,4]"] and axes == []
     _, axes = split(["dims=[[2,4],[4,4]]"])
     assert axes == [("dims", ["[2,4]", "[4,4]"])]
+    # a graph's links are a list of [a, b, count]: one wiring is set, a list of wirings varies
+    fixed, axes = split(["links=[[0, 1, 1], [1, 2, 1]]"])
+    assert fixed == ["links=[[0, 1, 1], [1, 2, 1]]"] and axes == []
+    _, axes = split(["links=[[[0, 1, 1]], [[0, 1, 2]]]"])
+    assert [k for k, _ in axes] == ["links"] and len(axes[0][1]) == 2
+
+
+def test_set_links_rewires_a_graph_preset(capsys):
+    status, out, err = run(capsys, "sweep", "-t", "dgx1-v100", "--set", "ranks=3", "--set",
+                           "links=[[0, 1, 1], [1, 2, 1], [2, 0, 2]]", "-a", "ring", "-b", "1M", "-e", "1M",
+                           "--format", "csv", "-q")
+    assert status == 0, err
+    assert pd.read_csv(io.StringIO(out)).ranks.tolist() == [3]
 
 
 def test_vary_items_and_their_combinations_first_key_slowest():

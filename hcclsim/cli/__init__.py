@@ -1,13 +1,15 @@
 """The hccl-bench command line: a thin click layer. Commands live in hcclsim/cli/.
 
 Exit statuses: 0 success, 1 a performance gate failed, 2 invalid input,
-3 internal error (traceback only with --debug), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
+3 internal error (traceback only with --debug), 130 interrupted (Ctrl-C), 141 a reader of stdout or
+stderr went away before the output was written (`| head`), 143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import select
 import signal
 import sys
 import threading
@@ -79,10 +81,20 @@ def cli(ctx, debug):
 NO_ARGS = getattr(click.exceptions, "NoArgsIsHelpError", ())   # click >= 8.2 raises it for a bare group
 
 
-def _reader_gone() -> None:
-    """stdout's reader has gone (`| head`): the rest of the output, and the interpreter's final flush, go to
-    /dev/null, and the command ends 0 (Python's advice, docs.python.org/3/library/signal.html, note on SIGPIPE)."""
-    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+READER_GONE = 128 + signal.SIGPIPE           # what a shell reports for a writer that SIGPIPE ended
+
+
+def _reader_gone() -> int:
+    """A reader has gone (`| head`): the stream that lost it goes to /dev/null, so that what is left, and the
+    interpreter's final flush, go nowhere (Python's advice, docs.python.org/3/library/signal.html, note on
+    SIGPIPE), and the command ends 141, as `seq ... | head` does: the output was cut short, which is neither
+    a pass nor a failed gate (a verdict reached before it is not turned into 0). stdout is the one gone when a
+    poll says so; else it was stderr, and stdout (a results file, say) is left alone."""
+    poll = select.poll()
+    poll.register(sys.stdout.fileno(), select.POLLOUT)
+    gone = any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poll.poll(0))
+    os.dup2(os.open(os.devnull, os.O_WRONLY), (sys.stdout if gone else sys.stderr).fileno())
+    return READER_GONE
 
 
 def _fail(message: str, status: int) -> int:
@@ -117,9 +129,13 @@ def _main(argv) -> int:
         if status is not None:
             return status
     debug = "--debug" in args
+    complete = os.environ.get("_HCCL_BENCH_COMPLETE")
+    if complete:                               # click's shell completion (`eval "$(_HCCL_BENCH_COMPLETE=bash_source ...)"`)
+        from click.shell_completion import shell_complete
+        return shell_complete(cli, {}, "hccl-bench", "_HCCL_BENCH_COMPLETE", complete)
     try:
         # the group is invoked directly: click's main() turns a closed stdout (`| head`) into status 1, a failed
-        # gate here (below: 0, as the reader asked)
+        # gate here (below: READER_GONE)
         with cli.make_context("hccl-bench", args) as ctx:
             rv = cli.invoke(ctx)
         sys.stdout.flush()                     # a closed stdout shows here, not at the interpreter's exit
@@ -133,7 +149,7 @@ def _main(argv) -> int:
             click.echo(e.ctx.get_help())
             sys.stdout.flush()
         except BrokenPipeError:
-            _reader_gone()
+            return _reader_gone()
         return 0
     except click.UsageError as e:
         hint = f" (see 'hccl-bench {e.ctx.command.name} --help')" if e.ctx and e.ctx.command.name != "cli" else ""
@@ -145,8 +161,7 @@ def _main(argv) -> int:
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
     except BrokenPipeError:
-        _reader_gone()
-        return 0
+        return _reader_gone()
     except Exception as e:  # noqa: BLE001 - the last line of defence: one line, status 3
         if debug:
             traceback.print_exc()

@@ -116,8 +116,11 @@ class Topology:
     @property
     def cap_share(self) -> np.ndarray:
         """Per link, the share of a cap on its rank's rate it may carry (hcclsim.engine.execution): a graph
-        wiring's rank spreads a ring's traffic over its links in proportion to their bandwidth, so each takes
-        that share; elsewhere a rank has one link per tier and takes the whole cap."""
+        wiring's rank spreads a ring's traffic over its links in proportion to their bandwidth, so each of its
+        NVLink-tier links takes that share (exact for schedules that load every link so, the rings the presets
+        run; low for one that sends over one link only, which the cap would let take it all). The other kinds
+        keep the whole cap on every link, whatever their links per rank (ring 2, torus2d 4, full_mesh N-1), and
+        a graph's host link keeps it too."""
         share = np.ones(self.nlinks)
         if self.params[P_KIND] == GRAPH:
             own = (self.link_tier == 0) & (self.link_src < self.nranks)

@@ -27,10 +27,14 @@ from ..core.errors import ConfigError
 from .params import DEFAULT_ENDPOINT, DEFAULT_PACKET, Endpoint, PacketParams
 from .topology import GRAPH, NPARAMS, P_HOST, P_KIND, P_N, P_NODES, ROUTE_ROW, Tier, Topology, check_size
 
-# Undirected Hamiltonian cycles the ring search enumerates, and branches of its packing search, at most: a
-# bound on a search that is exponential in the worst case (an estimate; an 8-GPU node has a few dozen cycles
-# and its packing is found in a few hundred branches). Past it the best packing found so far is taken.
-MAX_CYCLES, MAX_BRANCHES = 20_000, 200_000
+# Undirected Hamiltonian cycles the ring search enumerates, ranks its depth-first walk visits, and branches of
+# its packing search, at most: bounds on searches that are exponential in the worst case (estimates: an 8-GPU
+# node has a few dozen cycles, found in a few hundred steps, and its packing in a few hundred branches; a
+# million steps is about a second here). Past them the best found so far is taken (none: rank-order rings).
+MAX_CYCLES, MAX_STEPS, MAX_BRANCHES = 20_000, 1_000_000, 200_000
+# Rings a wiring takes at most, each both ways round: NCCL runs at most MAXCHANNELS = 64 channels
+# (NVIDIA/nccl v2.28.9 src/include/device.h), 32 rings each way.
+MAX_RINGS = 32
 
 
 def check_wiring(n: int, links, where: str, host: bool) -> tuple[tuple[int, int, int], ...]:
@@ -159,12 +163,13 @@ def ring_cycles(n: int, links: tuple[tuple[int, int, int], ...]) -> tuple[tuple[
     both ways round, cycle 2m+1 the reverse of cycle 2m, every cycle starting at rank 0. () when the wiring
     has none. n = 2: count cycles 0 -> 1 -> 0.
 
-    Each cycle leaves every rank once, so no set has more cycles than the fewest links a rank has (each way);
-    the search stops at a set that reaches this bound, else after MAX_BRANCHES branches with the best found.
+    Each cycle leaves every rank once, so no set has more cycles than the fewest links a rank has (each way),
+    nor more than MAX_RINGS; the search stops at a set that reaches this bound, else after MAX_BRANCHES
+    branches with the best found.
     Counts in the order the cycles were enumerated (rank order from 0), so the result depends on the wiring
     only."""
     if n == 2:
-        return tuple((0, 1) for _ in range(sum(c for *_, c in links)))
+        return tuple((0, 1) for _ in range(min(sum(c for *_, c in links), 2 * MAX_RINGS)))
     if n < 3:
         return ()
     cap = {}
@@ -180,7 +185,7 @@ def ring_cycles(n: int, links: tuple[tuple[int, int, int], ...]) -> tuple[tuple[
     for (a, b), c in cap.items():
         degree[a] += c
         degree[b] += c
-    bound = int(degree.min()) // 2                # an undirected cycle takes two link ends at every rank
+    bound = min(int(degree.min()) // 2, MAX_RINGS)   # an undirected cycle takes two link ends at every rank
     best, chosen, branches = [], [], 0
 
     def search(first: int) -> bool:
@@ -211,25 +216,30 @@ def ring_cycles(n: int, links: tuple[tuple[int, int, int], ...]) -> tuple[tuple[
 
 def _hamiltonian(n: int, adj) -> list[tuple[int, ...]]:
     """Undirected Hamiltonian cycles from rank 0, each once (its second rank below its last), in the order a
-    depth-first search in rank order finds them; at most MAX_CYCLES."""
-    out, path, used = [], [0], np.zeros(n, bool)
+    depth-first search in rank order finds them; at most MAX_CYCLES, within MAX_STEPS ranks visited. The walk
+    keeps its own stack: a wiring of thousands of ranks is deeper than Python's recursion."""
+    out, path, nxt, used = [], [0], [0], np.zeros(n, bool)
     used[0] = True
-
-    def extend(v: int) -> bool:
+    closes = set(adj[0])
+    steps = 0
+    while path:
+        v = path[-1]
         if len(path) == n:
-            if 0 in adj[v] and path[1] < path[-1]:
+            if v in closes and path[1] < path[-1]:
                 out.append(tuple(path))
-            return len(out) >= MAX_CYCLES
-        for w in adj[v]:
+                if len(out) >= MAX_CYCLES:
+                    break
+        elif nxt[-1] < len(adj[v]):
+            w = adj[v][nxt[-1]]
+            nxt[-1] += 1
             if not used[w]:
+                steps += 1
+                if steps > MAX_STEPS:
+                    break
                 used[w] = True
                 path.append(w)
-                stop = extend(w)
-                path.pop()
-                used[w] = False
-                if stop:
-                    return True
-        return False
-
-    extend(0)
+                nxt.append(0)
+            continue
+        used[path.pop()] = False
+        nxt.pop()
     return out

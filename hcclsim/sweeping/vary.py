@@ -2,7 +2,8 @@
 key, one topology per value (per combination, with several such keys), the value in a column of its own.
 
 A list given to a key that takes one value varies it; a key that takes a list (dims, endpoint.algorithms,
-endpoint.hidden) varies only with a list of lists (`--set "dims=[[2,4],[4,4]]"`) or --vary.
+endpoint.hidden; a graph's links, a list of lists) varies only with a list of such values (`--set
+"dims=[[2,4],[4,4]]"`) or --vary.
 """
 
 from __future__ import annotations
@@ -12,12 +13,18 @@ import tomllib
 
 from ..core.errors import ConfigError
 
-LIST_KEYS = ("dims", "endpoint.hidden", "endpoint.algorithms")      # keys whose one value is a list
+# keys whose one value is a list, and how deep (a graph's links: a list of [a, b, count] lists)
+LIST_KEYS = {"dims": 1, "endpoint.hidden": 1, "endpoint.algorithms": 1, "links": 2}
 
 
-def _takes_a_list(key: str) -> bool:
+def _list_depth(key: str) -> int:
     key = key.removeprefix("topology.")
-    return any(key == k or key.startswith(f"{k}.") for k in LIST_KEYS)
+    return max((d for k, d in LIST_KEYS.items() if key == k or key.startswith(f"{k}.")), default=0)
+
+
+def _nested(value, depth: int) -> bool:
+    """value is a list nested depth deep (depth 0: anything)."""
+    return depth == 0 or isinstance(value, list) and all(_nested(v, depth - 1) for v in value)
 
 
 def split(overrides, varies=()) -> tuple[list[str], list[tuple[str, list[str]]]]:
@@ -31,7 +38,8 @@ def split(overrides, varies=()) -> tuple[list[str], list[tuple[str, list[str]]]]
         except tomllib.TOMLDecodeError:            # [1us, 2us]: bare words, as --set reads one
             value = [v.strip() for v in raw[1:-1].split(",") if v.strip()] if raw[:1] == "[" and raw[-1:] == "]" \
                 else None
-        many = isinstance(value, list) and (not _takes_a_list(key) or all(isinstance(v, list) for v in value))
+        depth = _list_depth(key)
+        many = isinstance(value, list) and all(_nested(v, depth) for v in value)
         if not many:
             fixed.append(item)
             continue

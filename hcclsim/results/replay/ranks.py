@@ -117,7 +117,7 @@ def _what(r: Record) -> str:
     return f"{r.kind} of {size} ({r.dtype or 'no dtype'}, group size {r.group_size or '?'})"
 
 
-def _matched(group: str, k: int, members: list, world: int) -> Record:
+def _matched(group: str, k: int, members: list, world: int) -> tuple[Record, tuple]:
     (t0, (i0, r0)), rest = members[0], members[1:]
     for t, (i, r) in rest:
         same = (r.kind, r.dtype, r.group_size) == (r0.kind, r0.dtype, r0.group_size)
