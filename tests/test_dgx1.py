@@ -232,3 +232,17 @@ def test_a_matrix_that_stays_on_the_links_runs_without_a_host(tmp_path, capsys):
     status, out, err = run(capsys, *args, "--matrix", line)
     assert status == 0 and out.count("all_to_allv,direct") == 1, err
     assert_one_line_error(*run(capsys, *args), "no link between them")
+
+
+def test_the_route_table_is_budgeted_at_its_peak(tmp_path, capsys):
+    """A 4096-rank ring wiring's route table is 4096^2 rows of 3 int64 (402,653,184 bytes), held twice while it
+    is copied into the topology's params: refused under --max-memory 600M before anything is allocated (one
+    copy would have passed)."""
+    n = 4096
+    path = tmp_path / "ring4096.toml"
+    links = [[i, (i + 1) % n, 1] for i in range(n)]
+    path.write_text(f'[topology]\nkind = "graph"\nranks = {n}\nbandwidth = "10GB/s"\nlinks = {links}\n',
+                    encoding="utf-8")
+    assert 8 * 3 * n * n < 600 * 2 ** 20 < 2 * 8 * 3 * n * n
+    assert_one_line_error(*run(capsys, "sweep", "-t", path, "-a", "ring", "-b", "1M", "-e", "1M",
+                               "--max-memory", "600M"), "route table")

@@ -100,7 +100,8 @@ def build_graph(name: str, nranks: int, links, bandwidth: float, latency: float,
     P, n = len(links), nranks
     nn = n + (host is not None)
     check_size(name, n, 2 * P + (2 * n if host else 0), nn)
-    budget.check(8 * ROUTE_ROW * nn * nn, f"building topology {name!r} ({n} ranks): its route table",
+    # the table, and params holding it while the table is still alive: two copies at the peak
+    budget.check(2 * 8 * ROUTE_ROW * nn * nn, f"building topology {name!r} ({n} ranks): its route table",
                  "use fewer ranks")
     pairs = np.array([(a, b) for a, b, _ in links], np.int64).reshape(-1, 2)
     count = np.array([c for _, _, c in links], np.float64)
