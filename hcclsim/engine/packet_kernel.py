@@ -169,6 +169,14 @@ def _unwire(pk, ls, ao, po):
 
 
 @njit
+def _slot(pk, free_top, nslots):
+    """A packet slot: the free list's head, else the next unused one; (slot, free head, slots used)."""
+    if free_top >= 0:
+        return free_top, pk[(U(free_top) << PSH) + P_NEXT], nslots
+    return nslots, free_top, nslots + 1
+
+
+@njit
 def _new_packet(pk, xs, path_links, ls, x, k, nb, now, p):
     """Fill slot p with packet k of transfer x and queue it at the transfer's first link (returned)."""
     lk = _fill_packet(pk, xs, path_links, x, k, nb, now, p)
@@ -398,8 +406,7 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
                         nheap, bmax = _queue(bk, bc, heap, nheap, csh, cur, wsh, mask, done, (EV_START << IDB) | (x << 1) | 1, bmax)
                     if k < npk and xs[xo + T_JOB] < 0 and free_top >= 0:
                         # INJECT's common case, run here: the next packet joins this (busy) port's queue
-                        q = free_top
-                        free_top = pk[(U(q) << PSH) + P_NEXT]
+                        q, free_top, nslots = _slot(pk, free_top, nslots)     # from the free list
                         nb = xs[xo + T_LASTB] if k == npk - 1 else xs[xo + T_PKB]
                         _new_packet(pk, xs, path_links, ls, x, k, nb, now, q)
                         xs[xo + T_NEXTPK] = k + 1
@@ -457,12 +464,7 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
                     stats[S_TABLE_STALL] += now - blocked_at[x]
                     blocked_at[x] = -1
             nb = xs[xo + T_LASTB] if a == xs[xo + T_NPK] - 1 else xs[xo + T_PKB]
-            if free_top >= 0:
-                p = free_top
-                free_top = pk[(U(p) << PSH) + P_NEXT]
-            else:
-                p = nslots
-                nslots += 1
+            p, free_top, nslots = _slot(pk, free_top, nslots)
             l0 = _new_packet(pk, xs, path_links, ls, x, a + mark, nb, now, p)
             xs[xo + T_NEXTPK] = k + 1
             xs[xo + T_QUEUED] = 1
@@ -523,12 +525,8 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
                         npm = xs[mo + T_NPK]
                         nb = xs[mo + T_LASTB] if k == npm - 1 else xs[mo + T_PKB]
                         if part:                                    # a piece of the address, unmerged: its
-                            if free_top >= 0:                       # index past npm says so, and it is not
-                                q = free_top                        # one of the transfer's npm packets
-                                free_top = pk[(U(q) << PSH) + P_NEXT]
-                            else:
-                                q = nslots
-                                nslots += 1
+                            # index past npm says so, and it is not one of the transfer's npm packets
+                            q, free_top, nslots = _slot(pk, free_top, nslots)
                             lm = _new_packet(pk, xs, path_links, ls, m, npm + k, nb, now, q)
                             xs[mo + T_DELIV] -= 1
                             xs[mo + T_NEXTPK] -= 1
@@ -539,12 +537,7 @@ def _run(xs, path_links, child_ptr, child_idx, order_ptr, order_idx, jobs, job_f
                                 xs[mo + T_QUEUED] = idx + 1
                             if jk_split[e] != 0:                    # the last piece of a split address
                                 idx += npm
-                            if free_top >= 0:
-                                q = free_top
-                                free_top = pk[(U(q) << PSH) + P_NEXT]
-                            else:
-                                q = nslots
-                                nslots += 1
+                            q, free_top, nslots = _slot(pk, free_top, nslots)
                             if sw < nranks:                         # a rank relays: it issues the packet as
                                 t = max(now, rel_ps[m]) + issue_ps + jit_ps[m]   # any transfer (release,
                                 _fill_packet(pk, xs, path_links, m, idx, nb, t, q)   # overhead, jitter)
