@@ -277,11 +277,13 @@ def _per_byte(bandwidth) -> np.ndarray:
     return np.rint(1e12 / np.asarray(bandwidth, np.float64) * (1 << K.FIX)).astype(np.int64)
 
 
-def _jobs(src, dst, npk, dptr, didx, n, dkind=None):
+def _jobs(src, dst, npk, dptr, didx, n, dkind):
     """Fuse 'contributions into a switch, then the switch sends the result' into packet-level jobs.
 
     A switch-sourced transfer m whose dependencies include transfers into that switch of as many
     packets is driven by a job: packet k of m leaves as soon as packet k of every contribution is in.
+    So is a rank-sourced transfer fed through STREAM dependencies (a relay: a streamed chain's hop), whose
+    packets the kernel issues as the transfer would be issued (EMIT).
     Returns (job of each transfer, fused flag, jobs[j] = (switch, contributions), fan-out CSR).
     """
     X = len(src)
@@ -289,9 +291,8 @@ def _jobs(src, dst, npk, dptr, didx, n, dkind=None):
     fused = np.zeros(X, np.int64)
     groups: dict[bytes, list] = {}
     contrib_of: dict[bytes, np.ndarray] = {}
-    relays = np.zeros(X, bool)
-    if dkind is not None:                      # a rank forwarding what streams in (STREAM dependencies)
-        np.logical_or.at(relays, np.repeat(np.arange(X), np.diff(dptr)), dkind == STREAM)
+    relays = np.zeros(X, bool)                 # a rank forwarding what streams in (STREAM dependencies)
+    np.logical_or.at(relays, np.repeat(np.arange(X), np.diff(dptr)), dkind == STREAM)
     for m in np.nonzero((src >= n) | relays)[0]:
         deps = didx[dptr[m]:dptr[m + 1]]
         if src[m] < n:
