@@ -198,6 +198,14 @@ def _time(topology, collective, algorithm, size, overrides="-"):
     return us(row(topology, collective, algorithm, size, splitopts(overrides)).time_us)
 
 
+@block("time-launch")
+def _time_launch(topology, collective, algorithm, size, launch):
+    """time_us of one point under sweep --launch LAUNCH (analytic engine, no overrides)."""
+    import hcclsim
+    df = hcclsim.sweep(topology=topology, collective=collective, algorithm=algorithm, sizes=[size], launch=launch)
+    return us(df[df.engine == "analytic"].iloc[0].time_us)
+
+
 @block("busbw")
 def _busbw(topology, collective, algorithm, size, overrides="-", digits="2"):
     """busbw_GBps of one point, analytic engine."""

@@ -63,6 +63,33 @@ def test_launch_difference_through_the_command(capsys):
     assert time_us("host") - time_us("device") == pytest.approx(7.0, abs=1e-6)
 
 
+@pytest.mark.parametrize("engine", ["analytic", "packet"])
+@pytest.mark.parametrize("size", [1024, 64 * MIB])
+@pytest.mark.parametrize("gpus,iters", [(1, 20), (8, 20), (8, 1), (8, 3), (2, 100)])
+def test_a_loop_is_timed_as_nccl_tests_times_it(engine, size, gpus, iters):
+    """nccl-tests times N back-to-back iterations from the first launch to the last collective's end: each
+    iteration costs max(D, H) and the shorter of the two is paid once more in the window (D the collective's
+    device time, H = G x 7 us, the host's G launches; src/common.cu BenchTime). 1 KiB: D (~15 us) under H
+    for G = 8; 64 MiB: D (~2.6 ms on 50 GB/s) over it."""
+    topo = switch(launch_overhead=7e-6)
+    launch = f"loop:{gpus}:n={iters}"
+    d = timed("ring", "all_reduce", topo, size, engine, "device")[0]
+    assert d == pytest.approx(ring_allreduce(size), rel=1e-9)
+    h = gpus * 7e-6
+    got = timed("ring", "all_reduce", topo, size, engine, launch)[0]
+    assert got == pytest.approx(max(d, h) + min(d, h) / iters, rel=1e-12)
+    if iters == 1:                  # one iteration overlaps nothing: its launches, then its collective
+        assert got == pytest.approx(d + h, rel=1e-12)
+
+
+def test_a_loop_defaults_to_nccl_tests_20_iterations():
+    topo = switch(launch_overhead=7e-6)
+    assert timed("ring", "all_reduce", topo, 1024, launch="loop:8")[0] == \
+        timed("ring", "all_reduce", topo, 1024, launch="loop:8:n=20")[0]
+    assert timed("ring", "all_reduce", topo, 1024, launch="loop")[0] == \
+        timed("ring", "all_reduce", topo, 1024, launch="loop:1:n=20")[0]
+
+
 # -------------------------------------------------------------------------------- compiled-collective costs
 
 def test_exposed_host_and_control_core_costs_add_up():
@@ -365,9 +392,11 @@ def test_bad_execution_input_is_one_line(capsys, args, needles):
     assert_one_line_error(status, out, err, *needles)
 
 
-def test_launch_choice_is_checked(capsys):
-    status, _, err = run_cli(capsys, "sweep", "--launch", "gpu")
-    assert status == 2 and "--launch" in err and "Traceback" not in err
+@pytest.mark.parametrize("launch", ["gpu", "loop:0", "loop:x", "loop:8:n=0", "loop:n=2:8", "loop:8:9", "host:n=3",
+                                    "loop:8:n=", "loop:gpus=8", "loop:8:n=2:n=3", "device:8"])
+def test_launch_choice_is_checked(capsys, launch):
+    status, out, err = run_cli(capsys, "sweep", "--launch", launch)
+    assert_one_line_error(status, out, err, "--launch", "loop:G:n=N", repr(launch))
 
 
 def test_old_topology_endpoint_table_says_where_it_moved(tmp_path, capsys):

@@ -39,22 +39,16 @@ HOLDS = [
     ("all_reduce nvls (Together)", "large", "busbw"),                 # NVLS within 10 % at >= 64 MiB
     ("all_reduce default (xxrjun 10 nodes, #290)", "large", "busbw"),
     ("all_reduce nvls (Azure ND H100 v5, busbw only)", "large", "busbw"),
-]
-GAPS = [
-    pytest.param("all_reduce ring (Together)", "medium", "busbw",
-                 marks=not_yet("a one-thread -g 8 loop at 256 KiB-1 MiB takes ~44 us, the model ~35 us")),
-    pytest.param("all_reduce nvls (Azure ND H100 v5, busbw only)", "medium", "busbw",
-                 marks=not_yet("the Azure table implies ~42 us flat at 64 KiB-2 MiB, the model 33-46 us")),
+    # ring within 25 % at 64 KiB-64 MiB: a one-thread -g 8 loop of 20 at 256 KiB-1 MiB takes ~44 us, the model
+    # eight launches and a 20th of the collective, ~36 us (+23.7 %)
+    ("all_reduce ring (Together)", "medium", "busbw"),
+    # Azure's -g 8 -n 40 table: ~42 us flat at 64 KiB-2 MiB, the model eight launches and a 40th (+19 %)
+    ("all_reduce nvls (Azure ND H100 v5, busbw only)", "medium", "busbw"),
 ]
 
 
 @pytest.mark.parametrize("case,band,metric", HOLDS)
 def test_dgx_h100_band_within_its_tolerance(dgx_h100, case, band, metric):
-    assert dgx_h100[(case, band, metric)] == V.PASS
-
-
-@pytest.mark.parametrize("case,band,metric", GAPS)
-def test_dgx_h100_band_not_yet_within_its_tolerance(dgx_h100, case, band, metric):
     assert dgx_h100[(case, band, metric)] == V.PASS
 
 

@@ -129,6 +129,56 @@ def test_errors_per_point_follow_the_formula(synthetic):
     assert list(r.summary[r.summary.case == "close"].status) == [V.INFO, V.PASS, V.PASS]   # small has no tolerance
 
 
+BANNER = ("# nThread 1 nGpus {g} minBytes 1024 maxBytes 1073741824 step: 2(factor) warmup iters: 5 iters: {n} "
+          "agg iters: 1 validation: 1 graph: 0\n")
+LAUNCHED = VALIDATION.replace('algorithm = "ring"\n', 'algorithm = "ring"\nset = ["endpoint.launch_overhead=10us"]\n', 1)
+
+
+def test_a_case_is_launched_as_its_log_banner_says(synthetic):
+    """The log says one thread drove 8 GPUs and timed 4 iterations: each iteration is max(D, H) and the window
+    holds the shorter of the two once more (H = 8 x 10 us; D the ring's formula)."""
+    (synthetic / "logs").mkdir()
+    (synthetic / "logs" / "synthetic.txt").write_text(BANNER.format(g=8, n=4))
+    (synthetic / "l.toml").write_text(LAUNCHED)
+    close = V.validate([str(synthetic / "l.toml")]).points
+    h = 80.0
+    want = [max(ring_time_us(s), h) + min(ring_time_us(s), h) / 4 for s in SIZES]
+    assert close.predicted_time_us.to_numpy() == pytest.approx(want, rel=1e-9)
+    assert set(close.launch) == {"loop:8:n=4"}
+
+
+def test_a_case_launch_the_banner_contradicts_is_refused(synthetic):
+    (synthetic / "logs").mkdir()
+    (synthetic / "logs" / "synthetic.txt").write_text(BANNER.format(g=8, n=20))
+    (synthetic / "l.toml").write_text(LAUNCHED.replace('name = "close"', 'name = "close"\nlaunch = "loop"'))
+    with pytest.raises(V.ConfigError, match=r"case 'close': launch 'loop', but logs/synthetic.txt says it ran as "
+                                            r"'loop:8'") as e:
+        V.validate([str(synthetic / "l.toml")])
+    assert "\n" not in str(e.value)
+
+
+def test_a_log_of_runs_launched_differently_needs_the_case_launch(synthetic):
+    (synthetic / "logs").mkdir()
+    (synthetic / "logs" / "synthetic.txt").write_text(BANNER.format(g=8, n=20) + BANNER.format(g=2, n=20))
+    (synthetic / "l.toml").write_text(LAUNCHED)
+    with pytest.raises(V.ConfigError, match=r"runs launched differently \(nGpus 2 iters 20, nGpus 8 iters 20\); "
+                                            r"say the case's launch"):
+        V.validate([str(synthetic / "l.toml")])
+    (synthetic / "l.toml").write_text(LAUNCHED.replace('name = "close"', 'name = "close"\nlaunch = "loop:2"'))
+    assert set(V.validate([str(synthetic / "l.toml")]).points.launch) == {"loop:2"}
+
+
+@pytest.mark.parametrize("text,launch", [
+    (BANNER.format(g=8, n=20), "loop:8"), (BANNER.format(g=1, n=20), "loop"), (BANNER.format(g=1, n=50), "loop:n=50"),
+    (BANNER.format(g=8, n=2), "loop:8:n=2"), ("| 1K | 0.07 |\n", "loop"),
+    # the 2021 layout (no agg iters, no graph): microsoft/superbenchmark tests/data/nccl_allreduce.log
+    ("# nThread 1 nGpus 8 minBytes 1 maxBytes 8589934592 step: 2(factor) warmup iters: 5 iters: 20 validation: 0\n",
+     "loop:8")])
+def test_launch_of_reads_the_banner(text, launch):
+    from hcclsim.analysis.calibrate import launch_of
+    assert launch_of(text) == launch
+
+
 def test_band_maths_by_hand():
     case = V.Case("c", C.ALL_REDUCE, "ring", tolerance=(("large", 0.1), ("small_time", 0.3)),
                   checked_sizes=(("large", (1 << 28, math.inf)),))

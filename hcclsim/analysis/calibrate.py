@@ -44,6 +44,7 @@ import numpy as np
 from ..core.errors import ConfigError
 from ..core.names import TIERS
 from ..core.units import format_bandwidth, format_time
+from ..engine.execution import NCCL_TESTS_ITERS
 from ..network import config
 from ..results.nccltests import Measurement
 from ..sweeping.sweep import sweep
@@ -725,11 +726,22 @@ def _current(doc, key):
     return (parse_bandwidth(raw, key) if key.endswith("bandwidth") else float(raw)), str(raw)
 
 
-_BANNER = re.compile(r"#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)")
+_BANNER = re.compile(r"#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)(?:.*?\biters:\s*\d+\s+iters:\s*(\d+))?")
 
 
-def launch_of(text: str) -> str:
-    """How nccl-tests launched the log's iterations, as validate's cases say it: `loop:G` when one thread
-    drives G > 1 GPUs ("# nThread 1 nGpus 8": G launches per iteration from one host thread), else `loop`."""
-    gpus = {int(m.group(2)) for m in _BANNER.finditer(text)}
-    return f"loop:{gpus.pop()}" if len(gpus) == 1 and min(gpus) > 1 else "loop"
+def launch_of(text: str, strict: bool = False, default: str | None = "loop") -> str | None:
+    """How nccl-tests launched the log's iterations, as `sweep --launch` says it, from its banners ("# nThread
+    1 nGpus 8 ... warmup iters: 5 iters: 20"): `loop:G` when one thread drives G > 1 GPUs (G launches per
+    iteration from one host thread), `:n=N` when it timed N iterations other than nccl-tests' default 20,
+    else `loop`; a log without a banner gives `default` (nccl-tests' defaults: loop). Runs that launched
+    differently give `loop`, or with strict a ValueError naming them."""
+    runs = {(int(m.group(2)), int(m.group(3) or NCCL_TESTS_ITERS)) for m in _BANNER.finditer(text)}
+    if len(runs) > 1:
+        if strict:
+            raise ValueError("its runs launched differently (" + ", ".join(
+                f"nGpus {g} iters {n}" for g, n in sorted(runs)) + ")")
+        return "loop"
+    if not runs:
+        return default
+    gpus, iters = runs.pop()
+    return "loop" + (f":{gpus}" if gpus > 1 else "") + (f":n={iters}" if iters != NCCL_TESTS_ITERS else "")

@@ -33,11 +33,11 @@ import pandas as pd
 from ..core import budget
 from ..core.errors import ConfigError, HcclSimError, suggest
 from ..core.units import format_size, parse_size
-from ..engine.execution import check_launch
+from ..engine.execution import check_launch, parse_launch
 from ..network import config
 from ..schedule import collectives as C
 from ..sweeping.sweep import sweep
-from .calibrate import WARNING
+from .calibrate import WARNING, launch_of
 
 KIB, MIB = 1 << 10, 1 << 20
 BANDS = (("small", 0, 64 * KIB), ("medium", 64 * KIB, 64 * MIB), ("large", 64 * MIB, math.inf))
@@ -78,7 +78,7 @@ class Case:
     collective: str
     algorithm: str
     overrides: tuple = ()
-    launch: str = "loop"                    # how the run launched: nccl-tests' back-to-back loop (loop:G for -g G)
+    launch: str | None = None               # how the runs launched (sweep --launch); None: as each log's banner says
     match: tuple = ()                       # ((column, (values...)), ...)
     sizes: tuple = (0, math.inf)            # measured sizes used (inclusive)
     placement: str = "out-of-place"
@@ -252,9 +252,10 @@ def _case(doc: _Doc, c: dict, i: int, data: tuple) -> Case:
     files = tuple(doc.path.parent / d for d in doc.strings(c, "data", case=i)) or data
     if not files:
         raise doc.error("data", "expected the CSV file(s) to compare with (here or at the top of the file)", i)
-    launch = doc.string(c, "launch", case=i, default="loop")
+    launch = doc.string(c, "launch", case=i) if "launch" in c else None
     try:
-        check_launch(launch)
+        if launch is not None:
+            check_launch(launch)
     except ConfigError as e:
         raise doc.error("launch", str(e).split(": ", 1)[-1], i) from None
     return Case(name=name, collective=coll, algorithm=doc.string(c, "algorithm", case=i, default="auto"),
@@ -358,11 +359,39 @@ def select(case: Case, data: pd.DataFrame, excluded: tuple) -> tuple[pd.DataFram
     return pts.reset_index(drop=True), dropped
 
 
-def predict(case: Case, preset: str, sizes, dtype: str) -> tuple[pd.DataFrame, int, list]:
+def launches(case: Case, pts: pd.DataFrame, root: Path) -> pd.Series:
+    """How each measured point was launched (sweep --launch), from its log's banner (``launch_of``: loop,
+    loop:G for one thread driving G GPUs, :n=N for N timed iterations; nccl-tests' defaults, loop, for a log
+    without one, such as a published table, or not beside the data). A case's own launch is for logs that
+    cannot say it (no banner, or runs that launched differently), and is refused where a banner says otherwise."""
+    found = {}
+    for log in pts["log"].unique():
+        path = root / log
+        if not (log and path.is_file()):          # no log beside the data: nccl-tests' defaults
+            found[log] = "loop"
+            continue
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+            said = launch_of(text, strict=True, default=None)
+        except OSError as e:
+            raise ConfigError(f"case {case.name!r}: {path}: cannot read the log ({e.strerror or e}) that says how "
+                              f"it launched; say the case's launch") from None
+        except ValueError as e:
+            if case.launch is None:
+                raise ConfigError(f"case {case.name!r}: {log}: {e}; say the case's launch") from None
+            continue                      # the case says which of the log's runs it compares
+        if case.launch is not None and said is not None and parse_launch(case.launch) != parse_launch(said):
+            raise ConfigError(f"case {case.name!r}: launch {case.launch!r}, but {log} says it ran as {said!r} "
+                              f"(its nThread/nGpus/iters banner)")
+        found[log] = said or "loop"
+    return pd.Series(case.launch, pts.index) if case.launch is not None else pts["log"].map(found)
+
+
+def predict(case: Case, preset: str, sizes, dtype: str, launch: str) -> tuple[pd.DataFrame, int, list]:
     """The analytic model at `sizes`: (size_bytes, time_us, busbw_GBps, chosen), the rank count, skip reasons."""
     topo = config.load_topology(preset, list(case.overrides))
     res = sweep(topo, [case.collective], case.algorithm, sorted({int(s) for s in sizes}), dtype=dtype,
-                launch=case.launch)
+                launch=launch)
     rows = res.rows[res.rows["engine"] == "analytic"].reset_index(drop=True)
     return rows, topo.nranks, [why for _, _, why in res.skipped]
 
@@ -468,10 +497,14 @@ def run_validation(v: Validation, explicit: bool = False) -> Result:
             res.skipped.append((v.name, case.name, "no measured points match"))
             continue
         case_points = []
-        for dtype, part in pts.groupby(pts["dtype"].replace("", "float") if "dtype" in pts else
-                                       pd.Series("float", pts.index)):
+        try:
+            how = launches(case, pts, v.path.parent)
+        except ConfigError as e:
+            raise ConfigError(f"{v.path}: {e}") from None
+        dtypes = pts["dtype"].replace("", "float") if "dtype" in pts else pd.Series("float", pts.index)
+        for (dtype, launch), part in pts.groupby([dtypes, how]):
             try:
-                pred, nranks, why = predict(case, v.preset, part["size_bytes"], str(dtype))
+                pred, nranks, why = predict(case, v.preset, part["size_bytes"], str(dtype), launch)
             except HcclSimError as e:
                 raise ConfigError(f"{v.path}: case {case.name!r}: {e}") from None
             if pred.empty:
@@ -481,7 +514,7 @@ def run_validation(v: Validation, explicit: bool = False) -> Result:
             if gpus != [nranks]:
                 raise ConfigError(f"{v.path}: case {case.name!r}: the measurements have {gpus} GPUs, the preset "
                                   f"{v.preset} with {list(case.overrides)} has {nranks} ranks")
-            case_points.append(compare(case, part.reset_index(drop=True), pred, nranks))
+            case_points.append(compare(case, part.reset_index(drop=True), pred, nranks).assign(launch=launch))
         if case_points:
             points.append(pd.concat(case_points, ignore_index=True))
             summaries.append(summarize(case, points[-1]))

@@ -28,9 +28,10 @@ from ._options import max_memory_option
 @click.option("--tier", type=click.Choice(["auto", *TIERS]), default="auto", show_default=True,
               help="Two-tier topologies: the tier to fit (auto = the one whose bandwidth the largest "
                    "measured size depends on most).")
-@click.option("--launch", default=None, metavar="loop[:G]|host|device",
-              help="How the measured run launched (as in `sweep --launch`); default: loop:G when the log says "
-                   "one thread drove G > 1 GPUs ('nThread 1 nGpus 8', -g 8), else loop.")
+@click.option("--launch", default=None, metavar="loop[:G][:n=N]|host|device",
+              help="How the measured run launched (as in `sweep --launch`); default: what the log's banner says, "
+                   "loop:G when one thread drove G > 1 GPUs ('nThread 1 nGpus 8', -g 8) and :n=N when it timed "
+                   "N iterations other than 20 ('iters: 50'), else loop.")
 @click.option("-d", "--dtype", default=None, help="Element type; default: the file's type column, else float32.")
 @click.option("-o", "--output", required=True, metavar="CALIBRATED.toml",
               help="Where to write the calibrated topology (loadable with `sweep -t`).")

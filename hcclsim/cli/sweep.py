@@ -29,11 +29,12 @@ from ._options import grid_options, matrix_option, max_events_option, max_memory
 @click.option("--trace", "trace_file", metavar="FILE.json",
               help="Write a Chrome/Perfetto trace of one point (the first algorithm at the largest size) "
                    "simulated by the packet engine.")
-@click.option("--launch", default="host", show_default=True, metavar="host|device|loop[:G]",
+@click.option("--launch", default="host", show_default=True, metavar="host|device|loop[:G][:n=N]",
               help="host: each collective pays the endpoint's launch_overhead; device: launched ahead and released "
                    "by a compute kernel (device-triggered), no launch on the critical path; loop: back-to-back "
-                   "iterations as nccl-tests times them, the host's launches hidden behind the previous "
-                   "iteration; loop:G with one host thread launching for G GPUs (nccl-tests -g G).")
+                   "iterations as nccl-tests times them, each launch behind the previous iteration and the "
+                   "window of N (default 20, its -n) from the first launch to the last collective's end; loop:G "
+                   "with one host thread launching for G GPUs (nccl-tests -g G).")
 @click.option("--iters", type=int, default=1, show_default=True, metavar="N",
               help="Iterations per point; with more than one (or with --skew/--jitter) rows get time_us_p50, _p75, "
                    "_p95, _min, _max and time_us is the p50.")

@@ -24,7 +24,11 @@ timeline (docs/execution.md has the model and every rule's reasoning):
   from the first arrival to the last byte landing. Seeded, so runs repeat exactly.
 
     time = launch + exposed host costs + base latency + max(engine time, hidden costs)
-    loop:  time = max(that without the launch, G x launch_overhead)
+    loop:  time = max(D, H) + min(D, H) / n,  D that without the launch, H = G x launch_overhead
+
+(loop: nccl-tests' timed window of n iterations, which opens with the first launch and closes when the last
+collective is done: each iteration takes max(D, H) in steady state, and the first launch or the last device
+time, whichever is shorter, is not hidden behind anything: ``loop_time``.)
 
 An empty collective (count 0) costs nothing where the endpoint models a library (a protocol): NCCL returns
 before it plans or launches anything (``EMPTY_DISCARDED``).
@@ -77,18 +81,39 @@ QUIET = Noise()
 
 
 def check_launch(launch: str) -> str:
-    """host, device, loop, or loop:G (G host launches per iteration: one thread driving G GPUs)."""
+    """host, device, loop, loop:G, loop:n=N or loop:G:n=N (G host launches per iteration: one thread driving G
+    GPUs; N timed iterations)."""
     parse_launch(launch)
     return launch
 
 
-def parse_launch(launch: str) -> tuple[str, int]:
-    """'loop:8' -> ('loop', 8); 'host' -> ('host', 1)."""
-    kind, _, gpus = str(launch).partition(":")
-    if kind not in LAUNCHES or (gpus and (kind != "loop" or not gpus.isdigit() or int(gpus) < 1)):
-        raise ConfigError(f"--launch: expected host, device, loop or loop:G (G >= 1 GPUs per host thread, "
-                          f"as nccl-tests' -g), got {launch!r}")
-    return kind, int(gpus or 1)
+# nccl-tests' timed iterations per point when -n is not given: `int iters = 20;` (NVIDIA/nccl-tests 2.19.6,
+# a0b82b2, src/common.cu:98).
+NCCL_TESTS_ITERS = 20
+
+
+def parse_launch(launch: str) -> tuple[str, int, int]:
+    """'loop:8' -> ('loop', 8, 20); 'loop:8:n=50' -> ('loop', 8, 50); 'host' -> ('host', 1, 20)."""
+    kind, *parts = str(launch).split(":")
+    gpus, iters = "1", str(NCCL_TESTS_ITERS)
+    ok = kind in LAUNCHES and (kind == "loop" or not parts)
+    if parts and not parts[0].startswith("n="):
+        gpus = parts.pop(0)
+    if parts and parts[0].startswith("n="):
+        iters = parts.pop(0)[2:]
+    if not (ok and not parts and all(x.isascii() and x.isdigit() and int(x) >= 1 for x in (gpus, iters))):
+        raise ConfigError(f"--launch: expected host, device, loop, loop:G, loop:n=N or loop:G:n=N (G >= 1 GPUs "
+                          f"per host thread, as nccl-tests' -g; N >= 1 timed iterations, its -n), got {launch!r}")
+    return kind, int(gpus), int(iters)
+
+
+def loop_time(device, host: float, iters: int):
+    """Seconds per iteration nccl-tests reports for a back-to-back loop of `iters` collectives, each taking
+    `device` on the GPUs and `host` to launch: it times from the first launch (the GPUs idle, synchronised
+    before the timer) to the last collective's end and divides by iters (src/common.cu:725-770, BenchTime).
+    Launch k + 1 overlaps collective k, so the window is iters x max(device, host) plus the shorter of the two
+    once: the first launch when the device is the longer, the last collective when the host is."""
+    return np.maximum(device, host) + np.minimum(device, host) / iters
 
 
 def in_switch(schedule: Schedule) -> bool:
@@ -309,12 +334,12 @@ def overheads(topo: Topology, schedule: Schedule, launch: str = "host") -> tuple
     return launch_cost + exposed, hidden
 
 
-def host_issue(topo: Topology, launch: str) -> float:
-    """Seconds the host spends launching one iteration of a back-to-back loop (--launch loop[:G]): G
-    launches from one thread (nccl-tests -g G), which the previous iteration's device time hides; 0 unless
-    loop."""
-    kind, gpus = parse_launch(launch)
-    return gpus * topo.endpoint.launch_overhead if kind == "loop" else 0.0
+def host_issue(topo: Topology, launch: str) -> tuple[float, int]:
+    """(seconds the host spends launching one iteration of a back-to-back loop, timed iterations) for --launch
+    loop[:G][:n=N]: G launches from one thread (nccl-tests -g G), which the previous iteration's device time
+    hides (loop_time); (0, 0) unless loop."""
+    kind, gpus, iters = parse_launch(launch)
+    return (gpus * topo.endpoint.launch_overhead, iters) if kind == "loop" else (0.0, 0)
 
 
 def _timed(engine_run, schedule, device, block_elems, dtype_size, noise, nranks, ready=None):
@@ -357,7 +382,7 @@ def run(engine_run, schedule: Schedule, topo: Topology, block_elems, dtype_size:
     control = control_core(topo, schedule)
     hidden += control.hidden
     reducers = engines_reducing(topo, schedule)
-    host = host_issue(topo, launch)
+    host, timed = host_issue(topo, launch)
     ops = in_switch(schedule)
     best, best_mean, names, stats = None, None, np.empty(len(block_elems), object), None
     for proto in protocols(topo, schedule):
@@ -372,7 +397,8 @@ def run(engine_run, schedule: Schedule, topo: Topology, block_elems, dtype_size:
             device = device_topology(topo, proto, cap[0], ops, cap[1], reducers)
             got, st = _timed(engine_run, schedule, device, block_elems[idx], dtype_size, noise, topo.nranks,
                              control.ready)
-            samples[:, idx] = np.maximum(exposed + base + np.maximum(got, hidden), host)
+            device_time = exposed + base + np.maximum(got, hidden)
+            samples[:, idx] = loop_time(device_time, host, timed) if timed else device_time
             proto_stats = _merge_stats(proto_stats, st, np.arange(len(block_elems))[idx], len(block_elems))
         mean = samples.mean(axis=0)
         take = np.ones(len(block_elems), bool) if best is None else mean < best_mean
