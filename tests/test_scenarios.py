@@ -139,7 +139,8 @@ def test_replay_totals_are_time_times_calls_and_auto_is_never_slower(tmp_path):
     (HEAD + SWEEP.replace('"ring"', '"rign"'), ["[[sweep]] s: algorithms", "did you mean 'ring'"]),
     (HEAD + SWEEP + 'vary = { "latency" = [] }\n', ["vary.latency: expected a non-empty list"]),
     (HEAD + SWEEP + 'vary = { "scale_up.rankz" = [4] }\n', ["[[sweep]] s", "scale_up"]),
-    (HEAD + SWEEP + 'launch = "gpu"\n', ["launch: unknown launch 'gpu'", "host or device"]),
+    (HEAD + SWEEP + 'launch = "gpu"\n', ["launch: unknown launch 'gpu'", "host, device or loop[:G][:n=N]"]),
+    (HEAD + SWEEP + 'launch = ["host", "loop:8:n=0"]\n', ["[[sweep]] s: launch: --launch", "'loop:8:n=0'"]),
     (HEAD + SWEEP + 'iters = 0\n', ["iters: expected a whole number >= 1"]),
     (HEAD + SWEEP + SWEEP, ["another section is named 's'"]),
     (HEAD + '[[replay]]\nname = "r"\nops = [{ collective = "all_reduce" }]\n', ["ops[1]: size is missing"]),
@@ -169,6 +170,16 @@ def test_help(capsys):
 
 
 # ---------------------------------------------------------------------------- what studies show
+
+def test_a_section_can_time_a_loop_as_nccl_tests_does(tmp_path):
+    """launch = "loop:8:n=1": one iteration of one thread's 8 launches, then the collective (switch8 with a
+    10 us launch: 80 us more than device-triggered)."""
+    path = write(tmp_path, HEAD + SWEEP + 'set = ["endpoint.launch_overhead=10us"]\nlaunch = ["device", "loop:8:n=1"]\n')
+    df = R.run_section(S.load(str(path)).sections[0]).frame
+    key = ["algorithm", "size_bytes"]
+    loop, device = (df[df.launch == x].set_index(key).time_us for x in ("loop:8:n=1", "device"))
+    assert (loop - device).to_numpy() == pytest.approx(80.0, abs=1e-6)
+
 
 def test_device_triggered_is_faster_than_host_by_exactly_the_launch_overhead():
     study = S.load("hccl-inference-put")

@@ -28,7 +28,7 @@ import pandas as pd
 
 from ..core.errors import ConfigError, HcclSimError, suggest
 from ..core.units import parse_dtype, parse_size, parse_time
-from ..engine.execution import LAUNCHES
+from ..engine.execution import LAUNCHES, check_launch
 from ..network.config import DEFAULT_PRESET, find_toml, load_topology, read_toml
 from ..schedule import collectives as C
 from ..schedule.algorithm import parse_spec
@@ -166,11 +166,13 @@ def _common(table: dict, where: str) -> dict:
     with within(f"{where}: engine"):
         parse_engines(spec["engine"])
     launch = table.get("launch")
-    spec["launch"] = None if launch is None else _names(launch, f"{where}: launch", "host and/or device")
+    spec["launch"] = None if launch is None else _names(launch, f"{where}: launch", "launch modes")
     for x in spec["launch"] or []:
-        if x not in LAUNCHES:
-            raise ConfigError(f"{where}: launch: unknown launch {x!r}{suggest(x, LAUNCHES)}; expected host or "
-                              f"device (or a list of both)")
+        if x.partition(":")[0] not in LAUNCHES:
+            raise ConfigError(f"{where}: launch: unknown launch {x!r}{suggest(x, LAUNCHES)}; expected host, "
+                              f"device or loop[:G][:n=N] (or a list of them)")
+        with within(f"{where}: launch"):
+            check_launch(x)
     checks = {"iters": whole_number(1), "skew": parse_time, "jitter": parse_time, "seed": whole_number(0)}
     for key in EXECUTION_KEYS:
         if key in table:
