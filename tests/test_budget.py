@@ -201,8 +201,10 @@ RULE_TOPOLOGIES = {
     "switch13": lambda: load_topology("switch8", ["ranks=13"]),
     "ring8": lambda: load_topology("ring8"),
     "two-tier": lambda: load_topology("two-tier-128", ["scale_up.in_switch_reduce=true", "scale_out.domains=3"]),
+    "full-mesh": lambda: load_topology("mi300x-8gpu"),           # mesh rings: a template per position
+    "graph": lambda: load_topology("dgx1-v100"),                 # rings on the wiring's cycles, the same
 }
-RULE_SPECS = ["ring", "ring:channels=3:chunks=2", "direct:chunks=2", "direct_oneshot", "direct_twoshot",
+RULE_SPECS = ["ring", "ring:channels=3:chunks=2", "ring:rails=off", "direct:chunks=2", "direct_oneshot", "direct_twoshot",
               "halving_doubling", "tree:chunks=2", "in_switch", "in_switch:mode=push:chunks=2", "hierarchical",
               "hierarchical:intra=direct:inter=direct", "hierarchical:intra=in_switch:chunks=2"]
 

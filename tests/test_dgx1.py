@@ -15,6 +15,7 @@ from hcclsim.network.wiring import ring_cycles, wiring_of
 from hcclsim.schedule import collectives as C
 from hcclsim.schedule.algorithm import Problem, parse_spec
 from hcclsim.schedule.checker import check
+from hcclsim.sweeping.sweep import unsupported
 
 B, A = 10e9, 1e-6                               # a link's bandwidth per direction, its latency per hop
 
@@ -119,6 +120,27 @@ def test_linked_pairs_take_their_link_and_the_rest_the_host():
     assert DGX1.path_latency(0, 5) == pytest.approx(1e-6) and DGX1.path_latency(0, 1) == pytest.approx(600e-9)
 
 
+def test_a_large_wiring_without_a_host_is_refused_by_the_budget_before_anything_compiles(tmp_path, capsys,
+                                                                                       monkeypatch):
+    """A 256-rank ring wiring: ring's mesh rings are a template per position and channel, 2 x 255 steps x 2
+    channels x 256 positions = 261,120 templates, ~340 MB to compile at 1300 B each (hcclsim.sweeping.budget).
+    With a 64 MiB budget the sweep refuses the point from its rule, without compiling -- the route check that
+    looks for unlinked pairs included."""
+    n = 256
+    path = tmp_path / "ring256.toml"
+    path.write_text('[topology]\nkind = "graph"\nranks = 256\nbandwidth = "10GB/s"\n'
+                    f"links = {[[i, (i + 1) % n, 1] for i in range(n)]}\n", encoding="utf-8")
+    assert load_topology(str(path)).routes_partial
+    ring = type(parse_spec("ring"))
+
+    def no_compile(self, problem, key):
+        raise AssertionError("compiled before the budget check")
+    monkeypatch.setattr(ring, "compile", no_compile)
+    status, out, err = run(capsys, "sweep", "-t", path, "-a", "ring", "-b", "1M", "-e", "1M", "--max-memory", "64M")
+    assert_one_line_error(status, out, err, "all_reduce ring on ring256 (256 ranks", "2.61e+05 templates",
+                          "over the 64 MiB memory budget", "use fewer ranks or smaller algorithm options")
+
+
 def test_without_a_host_a_schedule_that_needs_an_unlinked_pair_is_refused(tmp_path, capsys):
     path = tmp_path / "nohost.toml"
     path.write_text('[topology]\nkind = "graph"\nranks = 4\nbandwidth = "10GB/s"\n'
@@ -126,7 +148,8 @@ def test_without_a_host_a_schedule_that_needs_an_unlinked_pair_is_refused(tmp_pa
     topo = load_topology(str(path))
     assert topo.routes_partial and time_of("ring", "all_reduce", topo, 1 << 20) > 0      # rings stay on links
     direct, problem = parse_spec("direct"), Problem("all_to_all", topo, 0)
-    assert direct.unsupported(problem) == "sends rank 0 -> rank 2, which have no link and no [topology.host] path"
+    assert direct.unsupported(problem) is None       # the algorithm could run it on a wiring with a host path
+    assert unsupported(direct, problem) == "sends rank 0 -> rank 2, which have no link and no [topology.host] path"
     sz = C.sizing("all_to_all", 1 << 20, 4, 4)       # compiled anyway (the API): the engines refuse it
     schedule = direct.compile(problem, direct.structure_key(problem, sz, 4))
     with pytest.raises(TopologyError):

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..core.jit import njit
 from ..network.topology import Topology, route_kernel
-from ..schedule.expand import expand
+from ..schedule.expand import first_unrouted
 from ..schedule.ir import (
     DEP_COL,
     DEP_ROW,
@@ -414,8 +414,8 @@ def run(schedule: Schedule, topo: Topology, block_elems, dtype_size: int, want_l
     """
     block_elems = np.atleast_1d(np.asarray(block_elems, np.int64))
     if topo.routes_partial:                         # a graph wiring without a host path
-        ex = expand(schedule)
-        topo.check_routes(ex["src"], ex["dst"], f"{schedule.algorithm} ({schedule.collective})")
+        topo.refuse_unrouted(first_unrouted(schedule, *topo.hop_table()),
+                             f"{schedule.algorithm} ({schedule.collective})")
     ep = topo.endpoint
     noisy = release is not None or jitter > 0 or avail is not None or part is not None
     orbits = schedule_orbits(schedule, topo) if symmetric is not False and not noisy else None

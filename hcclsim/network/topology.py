@@ -132,6 +132,10 @@ class Topology:
         nn = int(self.params[P_NODES])
         return self.params[NPARAMS::ROUTE_ROW][: nn * nn]
 
+    def hop_table(self) -> tuple[np.ndarray, int]:
+        """(hops of every (source, destination) node pair, source-major, -1 where there is no route; the nodes)."""
+        return self._hops(), int(self.params[P_NODES])
+
     def unrouted(self, src, dst) -> tuple[int, int] | None:
         """The first (source, destination) of the transfers src -> dst with no route between them, or None."""
         if not self.routes_partial:
@@ -144,7 +148,10 @@ class Topology:
 
     def check_routes(self, src, dst, what: str) -> None:
         """Refuse (TopologyError) a schedule -- what names it -- that sends between two ranks with no route."""
-        pair = self.unrouted(src, dst)
+        self.refuse_unrouted(self.unrouted(src, dst), what)
+
+    def refuse_unrouted(self, pair: tuple[int, int] | None, what: str) -> None:
+        """Refuse (TopologyError) a schedule -- what names it -- that sends over pair, ranks with no route."""
         if pair:
             raise TopologyError(f"topology {self.name!r}: {what} sends rank {pair[0]} -> rank {pair[1]}, which have "
                                 f"no link between them, and the topology has no [topology.host] path; add one, or "

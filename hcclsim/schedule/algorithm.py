@@ -18,7 +18,7 @@ from importlib.metadata import entry_points
 from ..core.errors import ConfigError, UnsupportedError
 from ..core.registry import Registry
 from ..network.topology import Topology
-from .collectives import MATRIX_COLLECTIVES, Sizing, sizing
+from .collectives import Sizing
 from .ir import Schedule
 
 ALGORITHMS = Registry("algorithm")
@@ -66,24 +66,7 @@ class Algorithm:
             return f"does not implement {problem.collective} (it implements {', '.join(self.collectives)})"
         if problem.nranks < 2:
             return "a collective needs at least 2 ranks"
-        return self.why_not(problem) or self._unrouted(problem)
-
-    def _unrouted(self, problem: Problem) -> str | None:
-        """On a wiring where some pairs have no route (a graph without a host path): the pair this
-        algorithm's schedule (compiled at 1 MiB, once per topology) would need, so that a sweep skips it
-        instead of failing. A matrix collective's pairs are its traffic's: its engines refuse it if need be."""
-        topo = problem.topology
-        if not topo.routes_partial or problem.collective in MATRIX_COLLECTIVES:
-            return None
-        memo = ("unrouted", self.label, problem.collective, problem.root)
-        if memo not in topo.cache:
-            from .expand import expand  # numba's: loaded when a wiring needs it, not at start-up
-            key = self.structure_key(problem, sizing(problem.collective, 1 << 20, 4, problem.nranks), 4)
-            ex = expand(self.compile(problem, key))
-            pair = topo.unrouted(ex["src"], ex["dst"])
-            topo.cache[memo] = None if pair is None else (f"sends rank {pair[0]} -> rank {pair[1]}, which have no "
-                                                          f"link and no [topology.host] path")
-        return topo.cache[memo]
+        return self.why_not(problem)
 
     def why_not(self, problem: Problem) -> str | None:
         return None

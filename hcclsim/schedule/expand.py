@@ -93,6 +93,26 @@ def expand_kernel(tmpl, dep_ptr, dep_t, dep_mode, dep_si, dep_sj, dep_kind):
     return cols, dptr, didx, dkind
 
 
+@njit
+def _first_unrouted(tmpl, hops, nn):
+    for t in range(tmpl.shape[0]):
+        row = tmpl[t]
+        for i in range(row[F_ID]):
+            for j in range(row[F_IL]):
+                src, dst = _aff(row, F_SRC, F_C3, i, j), _aff(row, F_DST, F_C3 + 1, i, j)
+                if src < nn and dst < nn and hops[src * nn + dst] < 0:
+                    return src, dst
+    return -1, -1
+
+
+def first_unrouted(s: Schedule, hops: np.ndarray, nn: int) -> tuple[int, int] | None:
+    """The first transfer's (source, destination) that hops (nn x nn, -1: no route) has no route for, or
+    None; read template by template, without expanding the schedule (a ring over thousands of ranks has
+    tens of millions of transfers)."""
+    src, dst = _first_unrouted(s.tmpl, hops, nn)
+    return None if src < 0 else (int(src), int(dst))
+
+
 def expand(s: Schedule) -> dict[str, np.ndarray]:
     """Arrays ``tmpl``, ``i``, ``j``, ``src``, ``dst``, ``schunk``, ``dchunk`` (one entry per transfer)
     and the dependency CSR ``dptr``/``didx`` (with ``dkind``, DATA or ORDER) over transfers."""

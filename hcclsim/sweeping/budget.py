@@ -60,9 +60,13 @@ def _ring(algo, problem, key) -> Dims:
     n, coll, P = problem.nranks, problem.collective, int(key)
     if coll in (C.BROADCAST, C.REDUCE):                   # a pipelined chain: n-1 hops x P chunks
         return Dims((n - 1) * P, 2 * (n - 1) * P, (n - 1) * P, 2 * (n - 1) * P, P)
-    chans = algo._channels(problem)
+    chans, topo = algo._channels(problem), problem.topology
     per_rank = (2 if coll == C.ALL_REDUCE else 1) * (n - 1) * P * chans     # steps x chunks x channels
-    templates = per_rank * (problem.topology.local if algo._rails(problem) else 1)
+    # a template per ring position: a domain's L on two tiers (rail rings or not), every rank on mesh and graph
+    # rings (permute), one for a flat ring whose instances are the ranks
+    two_tier = topo.kind == "hierarchical" and topo.domains > 1 and topo.local > 1
+    positions = topo.local if algo._rails(problem) or two_tier else n if algo._permute(problem) else 1
+    templates = per_rank * positions
     return Dims(templates, 3 * templates, per_rank * n, 3 * per_rank * n, n * chans * P)
 
 

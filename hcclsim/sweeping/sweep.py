@@ -33,9 +33,10 @@ from ..network.topology import Topology
 from ..schedule import collectives as C
 from ..schedule import matrix as M
 from ..schedule.algorithm import ALGORITHMS, Algorithm, Problem, load_all, parse_spec
+from ..schedule.expand import first_unrouted
 from . import cost, library
 from .best import best_per_size
-from .budget import check_schedule, check_units
+from .budget import check_schedule, check_units, compile_bytes, dims
 
 COLUMNS = ["collective", "algorithm", "topology", "ranks", "engine", "size_bytes", "count", "dtype", "root",
            "time_us", "algbw_GBps", "busbw_GBps", "protocol"]
@@ -263,6 +264,29 @@ def run_unit(ctx: Context, unit: Unit) -> list[pd.DataFrame]:
         return _unit_rows(ctx, unit)
 
 
+def unsupported(algo: Algorithm, problem: Problem) -> str | None:
+    """Why a sweep cannot run the algorithm on the problem: the algorithm's own reason, or on a wiring where
+    some pairs have no route (a graph without a host path) the pair its schedule would send over, so that
+    the sweep skips it instead of failing. The schedule is compiled at 1 MiB, once per topology, unless
+    compiling it would pass the memory budget (the sweep's own check then refuses the point, before
+    compiling it: hcclsim.sweeping.budget); a matrix collective's pairs are its traffic's, which its engines
+    check."""
+    why = algo.unsupported(problem)
+    topo = problem.topology
+    if why or not topo.routes_partial or problem.collective in C.MATRIX_COLLECTIVES:
+        return why
+    memo = ("unrouted", algo.label, problem.collective, problem.root)
+    if memo not in topo.cache:
+        key = algo.structure_key(problem, C.sizing(problem.collective, 1 << 20, 4, problem.nranks), 4)
+        d = dims(algo, problem, key)
+        if d is not None and compile_bytes(d) > budget.current():
+            return None
+        pair = first_unrouted(algo.compile(problem, key), *topo.hop_table())
+        topo.cache[memo] = None if pair is None else (f"sends rank {pair[0]} -> rank {pair[1]}, which have no "
+                                                      f"link and no [topology.host] path")
+    return topo.cache[memo]
+
+
 def _unit_rows(ctx: Context, unit: Unit) -> list[pd.DataFrame]:
     topology, dtype, root = ctx.topology, ctx.dtype, ctx.root
     how = (ctx.launch, ctx.noise, ctx.compiler, ctx.traffic)
@@ -271,7 +295,7 @@ def _unit_rows(ctx: Context, unit: Unit) -> list[pd.DataFrame]:
     if unit.algorithm != AUTO:
         sizings, timed = time_algorithm(unit.algorithm, problem, sizes, dtype, engines, *how)
         return [_finish(ctx, _frame(ctx, coll, unit.label, sizings, e, *timed[e]), unit.label) for e in engines]
-    candidates = [a for a in algorithms_for(LIBRARY, coll, topology) if not a.unsupported(problem)]
+    candidates = [a for a in algorithms_for(LIBRARY, coll, topology) if not unsupported(a, problem)]
     by_label = {a.label: a for a in candidates}
     sizings = [C.sizing(coll, s, DTYPE_SIZE[dtype], topology.nranks, ctx.traffic) for s in sizes]
     picks, why = _library_picks(topology, coll, sizings, candidates)
@@ -374,7 +398,7 @@ def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "al
         algos = algorithms_for(listed, coll, topology) if listed else []
         runnable = []
         for algo in algos:
-            why = algo.unsupported(problem)
+            why = unsupported(algo, problem)
             if why:
                 skipped.append((coll, algo.label, why))
             else:
@@ -384,7 +408,7 @@ def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "al
                                    f"{skipped[-1][2]}")
         blocks += [(coll, algo) for algo in runnable]
         if auto:
-            if any(not a.unsupported(problem) for a in algorithms_for(LIBRARY, coll, topology)):
+            if any(not unsupported(a, problem) for a in algorithms_for(LIBRARY, coll, topology)):
                 blocks.append((coll, AUTO))
             else:
                 skipped.append((coll, AUTO, "no algorithm can run it"))
@@ -396,7 +420,7 @@ def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "al
     ws = DTYPE_SIZE[dtype]
 
     def candidates(coll):
-        return [a for a in algorithms_for(LIBRARY, coll, topology) if not a.unsupported(Problem(coll, topology, root))]
+        return [a for a in algorithms_for(LIBRARY, coll, topology) if not unsupported(a, Problem(coll, topology, root))]
     for i, (coll, algo) in enumerate(blocks):
         label = AUTO if algo == AUTO else algo.label
         nbytes = {s: C.sizing(coll, s, ws, topology.nranks, ctx.traffic).size_bytes for s in sizes}
