@@ -306,6 +306,13 @@ def test_topologies_lists_presets(capsys):
     status, out, err = run(capsys, "topologies")
     assert (status, err) == (0, "")
     assert "switch8" in out and "50GB/s" in out and "+in-switch reduce" in out
+    # per rank, each way: a full mesh's 7 links of 64 GB/s, a ring's two of 100, a torus's four (without the
+    # mesh's link from a rank to itself); a graph's NV1 and NV2 links (25 and 50 GB/s) summed
+    lines = {line.split()[0]: line for line in out.splitlines() if line.strip()}
+    assert "full_mesh 448GB/s (7 x 64GB/s) 800ns" in lines["mi300x-8gpu"]
+    assert "ring 200GB/s (2 x 100GB/s)" in lines["ring8"] and "torus2d 400GB/s (4 x 100GB/s)" in lines["torus-4x4"]
+    assert "graph 150GB/s (4 links of 25GB/s-50GB/s)" in lines["dgx1-v100"]
+    assert "switch 450GB/s 300ns" in lines["dgx-h100"]
 
 
 def test_topologies_name_prints_the_toml(capsys):
