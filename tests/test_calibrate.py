@@ -600,3 +600,13 @@ def test_a_rate_the_times_stop_depending_on_is_one_line_not_an_index_error():
     free = np.array([True, False])
     with pytest.raises(ConfigError, match=r"^log\.txt: 5 sizes do not determine scale_up\.efficiency \(the model"):
         _undetermined(params, free, np.zeros((5, 1)), np.ones(5), "log.txt")
+
+
+def test_a_log_the_loop_model_cannot_time_is_refused(capsys, tmp_path):
+    """nccl-tests -m 4 (four collectives per iteration, 'agg iters: 4'): calibrate cannot model its loop."""
+    p = tmp_path / "all_reduce.txt"
+    p.write_text(nccl_tests_text([(1 << 20, 30.0), (1 << 24, 100.0)]).replace("iters: 20", "iters: 20 agg iters: 4"))
+    status, out, err = run(capsys, "calibrate", p, "-t", "dgx-h100", "-o", tmp_path / "c.toml")
+    assert_one_line_error(status, out, err, str(p), "times several collectives per iteration",
+                          "pass --launch if it can stand for the run")
+    assert not (tmp_path / "c.toml").exists()

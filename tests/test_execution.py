@@ -82,6 +82,13 @@ def test_a_loop_is_timed_as_nccl_tests_times_it(engine, size, gpus, iters):
         assert got == pytest.approx(d + h, rel=1e-12)
 
 
+def test_a_loop_of_more_gpus_than_ranks_is_refused(capsys):
+    status, out, err = run_cli(capsys, "sweep", "-t", "switch8", "-a", "ring", "-b", "1K", "-e", "1K",
+                               "--launch", "loop:9")
+    assert_one_line_error(status, out, err, "--launch: 'loop:9' has one host thread driving 9 GPUs, but switch8 "
+                                            "has 8 ranks; expected G <= 8")
+
+
 def test_a_loop_defaults_to_nccl_tests_20_iterations():
     topo = switch(launch_overhead=7e-6)
     assert timed("ring", "all_reduce", topo, 1024, launch="loop:8")[0] == \

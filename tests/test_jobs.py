@@ -175,3 +175,17 @@ def test_bad_jobs_sections_are_one_line_errors(capsys, tmp_path, placement, a, b
     path.write_text(scenario_text(placement, a, b))
     assert_one_line_error(*run_cli(capsys, "run", path, "-o", tmp_path / "out"), str(path), *needles)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_job_whose_schedule_needs_an_unlinked_pair_is_refused_naming_it(capsys, tmp_path):
+    """A 4-rank square wiring without a host: direct_oneshot sends rank 0 -> rank 2, which share no link."""
+    wiring = tmp_path / "sq.toml"
+    wiring.write_text('[topology]\nkind = "graph"\nranks = 4\nbandwidth = "10GB/s"\n'
+                      "links = [[0, 1, 2], [1, 2, 1], [2, 3, 1], [3, 0, 1]]\n", encoding="utf-8")
+    path = tmp_path / "s.toml"
+    path.write_text('[scenario]\ntitle = "t"\nreproduces = "r"\n\n[[jobs]]\nname = "j"\n'
+                    f'topology = "{wiring}"\n\n[[jobs.job]]\ncollective = "all_reduce"\nalgorithm = "direct_oneshot"\n'
+                    'size = "1MiB"\nranks = [0, 1, 2, 3]\n', encoding="utf-8")
+    assert_one_line_error(*run_cli(capsys, "run", path, "-o", tmp_path / "out"), str(path),
+                          "[[jobs]] j: job[0]: algorithm: direct_oneshot does not run here: it sends rank 0 -> rank 2, "
+                          "which have no link and no [topology.host] path")

@@ -113,6 +113,8 @@ def synthetic(tmp_path):
     # 'fast': 20 % faster (busbw error 0.8 - 1 = -20 %: fails 10 %).
     (tmp_path / "m.csv").write_text("\n".join([HEADER, *measured_rows(1.05, "ring"), *measured_rows(0.8, "fast")])
                                     + "\n")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "synthetic.txt").write_text("# hand-made rows: no nccl-tests banner (nccl-tests' defaults)\n")
     (tmp_path / "pass.toml").write_text(VALIDATION)
     (tmp_path / "fail.toml").write_text(VALIDATION + FAILING)
     return tmp_path
@@ -137,7 +139,6 @@ LAUNCHED = VALIDATION.replace('algorithm = "ring"\n', 'algorithm = "ring"\nset =
 def test_a_case_is_launched_as_its_log_banner_says(synthetic):
     """The log says one thread drove 8 GPUs and timed 4 iterations: each iteration is max(D, H) and the window
     holds the shorter of the two once more (H = 8 x 10 us; D the ring's formula)."""
-    (synthetic / "logs").mkdir()
     (synthetic / "logs" / "synthetic.txt").write_text(BANNER.format(g=8, n=4))
     (synthetic / "l.toml").write_text(LAUNCHED)
     close = V.validate([str(synthetic / "l.toml")]).points
@@ -148,7 +149,6 @@ def test_a_case_is_launched_as_its_log_banner_says(synthetic):
 
 
 def test_a_case_launch_the_banner_contradicts_is_refused(synthetic):
-    (synthetic / "logs").mkdir()
     (synthetic / "logs" / "synthetic.txt").write_text(BANNER.format(g=8, n=20))
     (synthetic / "l.toml").write_text(LAUNCHED.replace('name = "close"', 'name = "close"\nlaunch = "loop"'))
     with pytest.raises(V.ConfigError, match=r"case 'close': launch 'loop', but logs/synthetic.txt says it ran as "
@@ -158,14 +158,39 @@ def test_a_case_launch_the_banner_contradicts_is_refused(synthetic):
 
 
 def test_a_log_of_runs_launched_differently_needs_the_case_launch(synthetic):
-    (synthetic / "logs").mkdir()
     (synthetic / "logs" / "synthetic.txt").write_text(BANNER.format(g=8, n=20) + BANNER.format(g=2, n=20))
     (synthetic / "l.toml").write_text(LAUNCHED)
-    with pytest.raises(V.ConfigError, match=r"runs launched differently \(nGpus 2 iters 20, nGpus 8 iters 20\); "
-                                            r"say the case's launch"):
+    with pytest.raises(V.ConfigError, match=r"runs launched differently \(loop:8, loop:2\); give the case the "
+                                            r"launch of the run it compares"):
         V.validate([str(synthetic / "l.toml")])
     (synthetic / "l.toml").write_text(LAUNCHED.replace('name = "close"', 'name = "close"\nlaunch = "loop:2"'))
     assert set(V.validate([str(synthetic / "l.toml")]).points.launch) == {"loop:2"}
+    (synthetic / "l.toml").write_text(LAUNCHED.replace('name = "close"', 'name = "close"\nlaunch = "loop:5"'))
+    with pytest.raises(V.ConfigError, match=r"launch 'loop:5', but logs/synthetic.txt says it ran as 'loop:8' or "
+                                            r"'loop:2'"):
+        V.validate([str(synthetic / "l.toml")])
+
+
+@pytest.mark.parametrize("text,why", [
+    (BANNER.format(g=1, n=20).replace("agg iters: 1", "agg iters: 4"), "several collectives per iteration"),
+    (BANNER.format(g=1, n=20).replace("graph: 0", "graph: 3"), "CUDA graphs"),
+    (BANNER.format(g=1, n=20) + "# Blocking Enabled: wait and barrier after each inner iteration (-m) \n",
+     "waits after each iteration")])
+def test_a_log_the_loop_model_cannot_time_is_refused(synthetic, text, why):
+    (synthetic / "logs" / "synthetic.txt").write_text(text)
+    for toml in (VALIDATION, VALIDATION.replace('name = "close"', 'name = "close"\nlaunch = "loop"')):
+        (synthetic / "l.toml").write_text(toml)
+        with pytest.raises(V.ConfigError, match=f"case 'close': logs/synthetic.txt: .*{why}"):
+            V.validate([str(synthetic / "l.toml")])
+
+
+def test_a_missing_log_needs_the_case_launch(synthetic):
+    (synthetic / "logs" / "synthetic.txt").unlink()
+    with pytest.raises(V.ConfigError, match=r"synthetic.txt: cannot read the log \(No such file or directory\) "
+                                            r"that says how it launched; give the case a launch"):
+        V.validate([str(synthetic / "pass.toml")])
+    (synthetic / "l.toml").write_text(VALIDATION.replace('name = "close"', 'name = "close"\nlaunch = "loop:8"'))
+    assert set(V.validate([str(synthetic / "l.toml")]).points.launch) == {"loop:8"}
 
 
 @pytest.mark.parametrize("text,launch", [
@@ -177,6 +202,7 @@ def test_a_log_of_runs_launched_differently_needs_the_case_launch(synthetic):
 def test_launch_of_reads_the_banner(text, launch):
     from hcclsim.analysis.calibrate import launch_of
     assert launch_of(text) == launch
+    assert launch_of(BANNER.format(g=8, n=20) + BANNER.format(g=2, n=20)) == "loop"     # runs launched differently
 
 
 def test_band_maths_by_hand():

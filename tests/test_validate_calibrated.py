@@ -30,6 +30,8 @@ def files(tmp_path_factory):
     """m.csv, and cal.toml as `hccl-bench calibrate` writes it for switch8 (from three ring times)."""
     tmp_path = tmp_path_factory.mktemp("calibrated")
     (tmp_path / "m.csv").write_text(f"{HEADER}\n{ROW}\n")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "x.txt").write_text("# the row above, by hand: no nccl-tests banner\n")
     measured = [{"size": s, "time_us": 1.2 * (14 + 14 * s / 400e3)} for s in (1 << 16, 1 << 20, 1 << 24)]
     (tmp_path / "all_reduce.json").write_text(json.dumps(measured))
     assert main(["calibrate", str(tmp_path / "all_reduce.json"), "-t", "switch8", "-o", str(tmp_path / "cal.toml")]) == 0

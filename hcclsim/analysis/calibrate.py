@@ -726,22 +726,37 @@ def _current(doc, key):
     return (parse_bandwidth(raw, key) if key.endswith("bandwidth") else float(raw)), str(raw)
 
 
-_BANNER = re.compile(r"#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)(?:.*?\biters:\s*\d+\s+iters:\s*(\d+))?")
+_BANNER = re.compile(r"#\s*nThread\s+(\d+)\s+nGpus\s+(\d+)(.*)")
+_FIELD = re.compile(r"\b(warmup iters|agg iters|iters|graph):\s*(\d+)")
 
 
-def launch_of(text: str, strict: bool = False, default: str | None = "loop") -> str | None:
-    """How nccl-tests launched the log's iterations, as `sweep --launch` says it, from its banners ("# nThread
-    1 nGpus 8 ... warmup iters: 5 iters: 20"): `loop:G` when one thread drives G > 1 GPUs (G launches per
-    iteration from one host thread), `:n=N` when it timed N iterations other than nccl-tests' default 20,
-    else `loop`; a log without a banner gives `default` (nccl-tests' defaults: loop). Runs that launched
-    differently give `loop`, or with strict a ValueError naming them."""
-    runs = {(int(m.group(2)), int(m.group(3) or NCCL_TESTS_ITERS)) for m in _BANNER.finditer(text)}
-    if len(runs) > 1:
-        if strict:
-            raise ValueError("its runs launched differently (" + ", ".join(
-                f"nGpus {g} iters {n}" for g, n in sorted(runs)) + ")")
-        return "loop"
-    if not runs:
-        return default
-    gpus, iters = runs.pop()
-    return "loop" + (f":{gpus}" if gpus > 1 else "") + (f":n={iters}" if iters != NCCL_TESTS_ITERS else "")
+def launches_of(text: str) -> list[str]:
+    """How nccl-tests launched each run of a log, as `sweep --launch` says it, from its banners ("# nThread 1
+    nGpus 8 ... warmup iters: 5 iters: 20 agg iters: 1 ... graph: 0", nccl-tests src/util.cu writeDeviceReport):
+    `loop:G` when one thread drives G > 1 GPUs (G launches per iteration from one host thread), `:n=N` when it
+    timed N iterations other than nccl-tests' default 20, else `loop`; each distinct launch once, in order
+    (none for a log without a banner). A ValueError for runs the loop model does not time: several
+    collectives per iteration (-m, agg iters > 1), CUDA graphs (-G, graph > 0) or a wait after each
+    iteration (-z, its "# Blocking Enabled" line)."""
+    if "# Blocking Enabled" in text:
+        raise ValueError("it waits after each iteration (nccl-tests -z, '# Blocking Enabled'), which the loop "
+                         "model does not time")
+    out = []
+    for m in _BANNER.finditer(text):
+        fields = dict(_FIELD.findall(m.group(3)))
+        if int(fields.get("agg iters", 1)) > 1 or int(fields.get("graph", 0)) > 0:
+            raise ValueError(f"its run at line {text.count(chr(10), 0, m.start()) + 1} times several collectives "
+                             f"per iteration or CUDA graphs (agg iters {fields.get('agg iters', 1)}, graph "
+                             f"{fields.get('graph', 0)}), which the loop model does not time")
+        gpus, iters = int(m.group(2)), int(fields.get("iters", NCCL_TESTS_ITERS))
+        launch = "loop" + (f":{gpus}" if gpus > 1 else "") + (f":n={iters}" if iters != NCCL_TESTS_ITERS else "")
+        if launch not in out:
+            out.append(launch)
+    return out
+
+
+def launch_of(text: str) -> str:
+    """The launch of a log whose runs all launched alike (launches_of), `loop` (nccl-tests' defaults) for a
+    log without a banner or with runs launched differently."""
+    found = launches_of(text)
+    return found[0] if len(found) == 1 else "loop"

@@ -37,7 +37,7 @@ from ..engine.execution import check_launch, parse_launch
 from ..network import config
 from ..schedule import collectives as C
 from ..sweeping.sweep import sweep
-from .calibrate import WARNING, launch_of
+from .calibrate import WARNING, launches_of
 
 KIB, MIB = 1 << 10, 1 << 20
 BANDS = (("small", 0, 64 * KIB), ("medium", 64 * KIB, 64 * MIB), ("large", 64 * MIB, math.inf))
@@ -309,7 +309,7 @@ def load_data(path) -> pd.DataFrame:
                    time_us=_number(rec["time_us"], f"{where}: time_us", 0, empty=True),
                    algbw_GBps=_number(rec["algbw_GBps"], f"{where}: algbw_GBps", 0, empty=True),
                    busbw_GBps=_number(rec["busbw_GBps"], f"{where}: busbw_GBps", 0),
-                   line=reader.line_num, file=path.name)
+                   line=reader.line_num, file=path.name, folder=str(path.parent))
         try:
             row["collective"] = C.canonical(rec["collective"], "collective")
         except ConfigError as e:
@@ -359,32 +359,37 @@ def select(case: Case, data: pd.DataFrame, excluded: tuple) -> tuple[pd.DataFram
     return pts.reset_index(drop=True), dropped
 
 
-def launches(case: Case, pts: pd.DataFrame, root: Path) -> pd.Series:
-    """How each measured point was launched (sweep --launch), from its log's banner (``launch_of``: loop,
+def launches(case: Case, pts: pd.DataFrame) -> pd.Series:
+    """How each measured point was launched (sweep --launch), from its log's banner (``launches_of``: loop,
     loop:G for one thread driving G GPUs, :n=N for N timed iterations; nccl-tests' defaults, loop, for a log
-    without one, such as a published table, or not beside the data). A case's own launch is for logs that
-    cannot say it (no banner, or runs that launched differently), and is refused where a banner says otherwise."""
+    without one, such as a published table); a row's log is a path from its CSV's folder. A case's own launch
+    is for logs that cannot say it alone (no banner, or runs that launched differently: then it must be one of
+    theirs); it is refused where the log's banners say otherwise, and a log the loop model cannot time
+    (nccl-tests -m, -G, -z) is refused."""
     found = {}
-    for log in pts["log"].unique():
-        path = root / log
-        if not (log and path.is_file()):          # no log beside the data: nccl-tests' defaults
-            found[log] = "loop"
+    for folder, log in sorted(set(zip(pts["folder"], pts["log"]))):
+        path = Path(folder) / log
+        if case.launch is not None and not path.is_file():
+            found[folder, log] = case.launch
             continue
         try:
-            text = path.read_text(encoding="utf-8", errors="replace")
-            said = launch_of(text, strict=True, default=None)
+            said = launches_of(path.read_text(encoding="utf-8", errors="replace"))
         except OSError as e:
             raise ConfigError(f"case {case.name!r}: {path}: cannot read the log ({e.strerror or e}) that says how "
-                              f"it launched; say the case's launch") from None
+                              f"it launched; give the case a launch") from None
         except ValueError as e:
-            if case.launch is None:
-                raise ConfigError(f"case {case.name!r}: {log}: {e}; say the case's launch") from None
-            continue                      # the case says which of the log's runs it compares
-        if case.launch is not None and said is not None and parse_launch(case.launch) != parse_launch(said):
-            raise ConfigError(f"case {case.name!r}: launch {case.launch!r}, but {log} says it ran as {said!r} "
-                              f"(its nThread/nGpus/iters banner)")
-        found[log] = said or "loop"
-    return pd.Series(case.launch, pts.index) if case.launch is not None else pts["log"].map(found)
+            raise ConfigError(f"case {case.name!r}: {log}: {e}") from None
+        if case.launch is None:
+            if len(said) > 1:
+                raise ConfigError(f"case {case.name!r}: {log}: its runs launched differently ({', '.join(said)}); "
+                                  f"give the case the launch of the run it compares")
+            found[folder, log] = said[0] if said else "loop"
+        elif said and parse_launch(case.launch) not in [parse_launch(x) for x in said]:
+            raise ConfigError(f"case {case.name!r}: launch {case.launch!r}, but {log} says it ran as "
+                              f"{' or '.join(repr(x) for x in said)} (its nThread/nGpus/iters banner)")
+        else:
+            found[folder, log] = case.launch
+    return pd.Series([found[k] for k in zip(pts["folder"], pts["log"])], pts.index)
 
 
 def predict(case: Case, preset: str, sizes, dtype: str, launch: str) -> tuple[pd.DataFrame, int, list]:
@@ -498,7 +503,7 @@ def run_validation(v: Validation, explicit: bool = False) -> Result:
             continue
         case_points = []
         try:
-            how = launches(case, pts, v.path.parent)
+            how = launches(case, pts)
         except ConfigError as e:
             raise ConfigError(f"{v.path}: {e}") from None
         dtypes = pts["dtype"].replace("", "float") if "dtype" in pts else pd.Series("float", pts.index)

@@ -96,7 +96,11 @@ def calibrate_cmd(measured, topology, sets, collective, algorithm, tier, launch,
         raise ConfigError(f"{measured}: measured on {m.ranks} ranks but {name} has {topo.nranks}; "
                           f"expected the same rank count (e.g. --set scale_out.domains=N, --set ranks=N)")
     dtype = dtype or m.dtype or "float32"
-    launch = launch or launch_of(Path(measured).read_text(errors="replace"))
+    if launch is None:
+        try:
+            launch = launch_of(Path(measured).read_text(errors="replace"))
+        except ValueError as e:
+            raise ConfigError(f"{measured}: {e}; pass --launch if it can stand for the run") from None
     flat = doc["topology"].get("kind") != "hierarchical"
     if uses_execution_model(topo):
         result = fit_model(doc, name, label, coll, algorithm, m, dtype, launch, tier=None if flat else tier)

@@ -19,7 +19,7 @@ from ..network.config import load_topology
 from ..network.topology import Topology
 from ..schedule import collectives as C
 from ..schedule.algorithm import Algorithm, Problem
-from ..schedule.expand import expand
+from ..schedule.expand import expand, first_unrouted
 from ..schedule.ir import F_C3, F_DCH, F_DST, F_GROUP, F_ID, F_IL, F_SCH, F_SRC, NF, Schedule
 from . import analytic, packet
 from .packet import Job
@@ -70,7 +70,12 @@ def compile_job(group: Topology, collective: str, algo: Algorithm, size: int, dt
     if why:
         raise ConfigError(f"{where}: algorithm: {algo.label} does not run here: {why}")
     sz = C.sizing(collective, size, dtype_size, group.nranks)
-    return Job(algo.compile(problem, algo.structure_key(problem, sz, dtype_size)), sz.block_elems, dtype_size), sz.size_bytes
+    schedule = algo.compile(problem, algo.structure_key(problem, sz, dtype_size))
+    pair = first_unrouted(schedule, *group.hop_table()) if group.routes_partial else None
+    if pair:
+        raise ConfigError(f"{where}: algorithm: {algo.label} does not run here: it sends rank {pair[0]} -> rank "
+                          f"{pair[1]}, which have no link and no [topology.host] path")
+    return Job(schedule, sz.block_elems, dtype_size), sz.size_bytes
 
 
 def merge(jobs: list[Job], topo: Topology) -> tuple[Schedule, np.ndarray]:

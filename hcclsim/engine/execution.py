@@ -110,7 +110,7 @@ def parse_launch(launch: str) -> tuple[str, int, int]:
 def loop_time(device, host: float, iters: int):
     """Seconds per iteration nccl-tests reports for a back-to-back loop of `iters` collectives, each taking
     `device` on the GPUs and `host` to launch: it times from the first launch (the GPUs idle, synchronised
-    before the timer) to the last collective's end and divides by iters (src/common.cu:725-770, BenchTime).
+    before the timer) to the last collective's end and divides by iters (src/common.cu:725-772, BenchTime).
     Launch k + 1 overlaps collective k, so the window is iters x max(device, host) plus the shorter of the two
     once: the first launch when the device is the longer, the last collective when the host is."""
     return np.maximum(device, host) + np.minimum(device, host) / iters
@@ -339,6 +339,9 @@ def host_issue(topo: Topology, launch: str) -> tuple[float, int]:
     loop[:G][:n=N]: G launches from one thread (nccl-tests -g G), which the previous iteration's device time
     hides (loop_time); (0, 0) unless loop."""
     kind, gpus, iters = parse_launch(launch)
+    if gpus > topo.nranks:
+        raise ConfigError(f"--launch: {launch!r} has one host thread driving {gpus} GPUs, but {topo.name} has "
+                          f"{topo.nranks} ranks; expected G <= {topo.nranks}")
     return (gpus * topo.endpoint.launch_overhead, iters) if kind == "loop" else (0.0, 0)
 
 

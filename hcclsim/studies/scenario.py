@@ -171,8 +171,10 @@ def _common(table: dict, where: str) -> dict:
         if x.partition(":")[0] not in LAUNCHES:
             raise ConfigError(f"{where}: launch: unknown launch {x!r}{suggest(x, LAUNCHES)}; expected host, "
                               f"device or loop[:G][:n=N] (or a list of them)")
-        with within(f"{where}: launch"):
+        try:
             check_launch(x)
+        except ConfigError as e:
+            raise ConfigError(f"{where}: launch: {str(e).removeprefix('--launch: ')}") from None
     checks = {"iters": whole_number(1), "skew": parse_time, "jitter": parse_time, "seed": whole_number(0)}
     for key in EXECUTION_KEYS:
         if key in table:
