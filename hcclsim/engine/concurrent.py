@@ -73,8 +73,7 @@ def compile_job(group: Topology, collective: str, algo: Algorithm, size: int, dt
     schedule = algo.compile(problem, algo.structure_key(problem, sz, dtype_size))
     pair = first_unrouted(schedule, *group.hop_table()) if group.routes_partial else None
     if pair:
-        raise ConfigError(f"{where}: algorithm: {algo.label} does not run here: it sends rank {pair[0]} -> rank "
-                          f"{pair[1]}, which have no link and no [topology.host] path")
+        raise ConfigError(f"{where}: algorithm: {algo.label} does not run here: it {group.no_route(pair)}")
     return Job(schedule, sz.block_elems, dtype_size), sz.size_bytes
 
 

@@ -150,6 +150,11 @@ class Topology:
         """Refuse (TopologyError) a schedule -- what names it -- that sends between two ranks with no route."""
         self.refuse_unrouted(self.unrouted(src, dst), what)
 
+    @staticmethod
+    def no_route(pair: tuple[int, int]) -> str:
+        """How a skipped or refused schedule's unlinked pair is named: 'sends rank 0 -> rank 2, which ...'."""
+        return f"sends rank {pair[0]} -> rank {pair[1]}, which have no link and no [topology.host] path"
+
     def refuse_unrouted(self, pair: tuple[int, int] | None, what: str) -> None:
         """Refuse (TopologyError) a schedule -- what names it -- that sends over pair, ranks with no route."""
         if pair:

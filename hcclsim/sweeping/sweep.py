@@ -282,8 +282,7 @@ def unsupported(algo: Algorithm, problem: Problem) -> str | None:
         if d is not None and compile_bytes(d) > budget.current():
             return None
         pair = first_unrouted(algo.compile(problem, key), *topo.hop_table())
-        topo.cache[memo] = None if pair is None else (f"sends rank {pair[0]} -> rank {pair[1]}, which have no "
-                                                      f"link and no [topology.host] path")
+        topo.cache[memo] = None if pair is None else topo.no_route(pair)
     return topo.cache[memo]
 
 
