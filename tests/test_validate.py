@@ -223,6 +223,76 @@ def test_band_maths_by_hand():
     assert s.loc[("small", "busbw")].status == V.INFO and ("large", "time") not in s.index
 
 
+# NCCL's own cost model beside the simulation, by hand: on dgx-a100 (NVIDIA/nccl v2.28.9 src/graph/tuning.cc) a
+# Ring/Simple AllReduce costs baseLat 8.4 us + 2(n-1) = 14 steps x hwLat[NVLINK][Ring][Simple] 3.4 us, at the
+# ring graph's 12 channels x 20 GB/s times nRanks / nsteps = 8/14 of algorithm bandwidth; in a loop of 20
+# iterations launched by one thread for 8 GPUs (8 x launch_overhead 4.35 us, shorter than the device time) the
+# window adds a 20th of the launches.
+A100_LAT_US, A100_ALGBW = 8.4 + 14 * 3.4, 12 * 20.0 * 8 / 14
+A100 = """
+preset = "dgx-a100"
+data = ["a.csv"]
+
+[[case]]
+name = "ring"
+collective = "all_reduce"
+algorithm = "auto"
+match = { collective = "all_reduce" }
+tolerance = { large = 0.10 }
+
+[[case]]
+name = "p2p"
+collective = "all_to_all"
+algorithm = "auto"
+match = { collective = "all_to_all" }
+tolerance = { large = 0.10 }
+"""
+
+
+@pytest.fixture
+def a100(tmp_path):
+    tmp_path = tmp_path / "a100"
+    rows = []
+    for coll, size, t in (("all_reduce", 1 << 26, 700.0), ("all_reduce", 1 << 30, 8000.0), ("all_to_all", 1 << 26, 400.0)):
+        algbw = size / t / 1e3
+        rows.append(f"hand-made,8,1,{coll},default,NCCL,0,out-of-place,{size},{t},{algbw:.6f},"
+                    f"{algbw * C.busbw_factor(coll, 8):.6f},hand-made for the test,logs/a.txt")
+    (tmp_path / "logs").mkdir(parents=True)
+    (tmp_path / "a.csv").write_text("\n".join([HEADER, *rows]) + "\n")
+    (tmp_path / "logs" / "a.txt").write_text(BANNER.format(g=8, n=20))
+    (tmp_path / "a.toml").write_text(A100)
+    return tmp_path
+
+
+def test_nccl_model_column_is_nccls_cost_model_under_the_launch(a100):
+    r = V.validate([str(a100 / "a.toml")])
+    ring = r.points[r.points.case == "ring"].set_index("size_bytes")
+    for size, measured in ((1 << 26, 700.0), (1 << 30, 8000.0)):
+        want = A100_LAT_US + size / (1000 * A100_ALGBW) + 8 * 4.35 / 20
+        got = ring.loc[size]
+        assert got.launch == "loop:8" and got.nccl_model_time_us == pytest.approx(want, rel=1e-6)
+        assert got.nccl_model_time_error == pytest.approx(want / measured - 1, rel=1e-6)
+        assert got.nccl_model_busbw_GBps == pytest.approx(size / want / 1e3 * 1.75, rel=1e-6)
+    large = r.summary[(r.summary.case == "ring") & (r.summary.band == "large")].iloc[0]
+    errors = [measured / (A100_LAT_US + size / (1000 * A100_ALGBW) + 8 * 4.35 / 20) - 1
+              for size, measured in ((1 << 26, 700.0), (1 << 30, 8000.0))]
+    assert large.nccl_model_worst_checked_error == pytest.approx(max(errors, key=abs), rel=1e-6)
+    # NCCL does not tune AllToAll (point-to-point sends), and a generic topology has no GPU generation to tune for
+    p2p = r.points[r.points.case == "p2p"]
+    assert p2p.nccl_model_time_us.isna().all() and p2p.nccl_model_busbw_error.isna().all()
+    assert r.summary[r.summary.case == "p2p"].nccl_model_worst_checked_error.isna().all()
+
+
+def test_nccl_model_is_printed_where_it_has_a_number(a100, synthetic, capsys):
+    main(["validate", str(a100 / "a.toml")])
+    a100_err = capsys.readouterr().err
+    main(["validate", str(synthetic / "pass.toml")])
+    generic = capsys.readouterr().err
+    assert a100_err.count("NCCL's model") == 2       # the AllReduce case's column, the bands' column
+    assert generic.count("NCCL's model") == 1 and V.validate([str(synthetic / "pass.toml")]).points \
+        .nccl_model_time_us.isna().all()
+
+
 def test_exit_status_is_0_within_and_1_out_of_tolerance(synthetic, capsys):
     assert main(["validate", str(synthetic / "pass.toml")]) == 0
     assert main(["validate", str(synthetic / "fail.toml")]) == 1

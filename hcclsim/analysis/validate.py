@@ -33,10 +33,11 @@ import pandas as pd
 from ..core import budget
 from ..core.errors import ConfigError, HcclSimError, suggest
 from ..core.units import format_size, parse_size
-from ..engine.execution import check_launch, parse_launch
+from ..engine.execution import check_launch, host_issue, loop_time, parse_launch
 from ..network import config
 from ..schedule import collectives as C
-from ..sweeping.sweep import sweep
+from ..sweeping import library
+from ..sweeping.sweep import library_algorithms, sweep
 from .calibrate import WARNING, launches_of
 
 KIB, MIB = 1 << 10, 1 << 20
@@ -393,12 +394,38 @@ def launches(case: Case, pts: pd.DataFrame) -> pd.Series:
 
 
 def predict(case: Case, preset: str, sizes, dtype: str, launch: str) -> tuple[pd.DataFrame, int, list]:
-    """The analytic model at `sizes`: (size_bytes, time_us, busbw_GBps, chosen), the rank count, skip reasons."""
+    """The analytic model at `sizes`: (size_bytes, time_us, busbw_GBps, chosen, nccl_model_time_us), the rank
+    count, skip reasons."""
     topo = config.load_topology(preset, list(case.overrides))
     res = sweep(topo, [case.collective], case.algorithm, sorted({int(s) for s in sizes}), dtype=dtype,
                 launch=launch)
     rows = res.rows[res.rows["engine"] == "analytic"].reset_index(drop=True)
+    if not rows.empty:
+        rows["nccl_model_time_us"] = nccl_model(case, topo, rows["size_bytes"], launch)
     return rows, topo.nranks, [why for _, _, why in res.skipped]
+
+
+def nccl_model(case: Case, topo, size_bytes, launch: str) -> np.ndarray:
+    """Microseconds per point by NCCL's own cost model (sweeping/library.py, the port of its tuner: the argmin
+    over the algorithms `-a auto` chooses among, or the case's algorithm, each at its best protocol or the one
+    the endpoint forces), under the same launch as the prediction: the baseline a library's tuner gives, beside
+    the simulation. NaN where NCCL's model says nothing: AllToAll (point-to-point sends), an algorithm NCCL
+    does not have (direct, hierarchical, ...), a preset with no compute_capability (RCCL's model is not
+    ported). The model's time is the device's; the launch adds what it adds to the simulated device time:
+    the host's launch (host), nothing (device), or the back-to-back loop's window (loop_time)."""
+    name = case.algorithm.split(":", 1)[0].strip()
+    names = library_algorithms(topo, case.collective) if name == "auto" else (name,)
+    kind = parse_launch(launch)[0]
+    host, iters = host_issue(topo, launch)
+    out = np.full(len(size_bytes), np.nan)
+    for i, size in enumerate(size_bytes):
+        pick = library.choose(topo, case.collective, int(size), names)
+        if isinstance(pick, library.Choice):
+            device = pick.time_us * 1e-6
+            t = (device + topo.endpoint.launch_overhead if kind == "host" else
+                 loop_time(device, host, iters) if kind == "loop" else device)
+            out[i] = float(t) * 1e6
+    return out
 
 
 def compare(case: Case, pts: pd.DataFrame, pred: pd.DataFrame, nranks: int) -> pd.DataFrame:
@@ -414,6 +441,9 @@ def compare(case: Case, pts: pd.DataFrame, pred: pd.DataFrame, nranks: int) -> p
         meas_busbw = np.where(pts["time_us"].notna(), from_time, pts["busbw_GBps"])
         p_time = pred["time_us"].to_numpy(float)[idx]
         p_busbw = pred["busbw_GBps"].to_numpy(float)[idx]
+        n_time = (pred["nccl_model_time_us"].to_numpy(float)[idx] if "nccl_model_time_us" in pred
+                  else np.full(len(idx), np.nan))
+        n_busbw = pts["size_bytes"].to_numpy(float) / (n_time * 1e3) * factor
         out = pd.DataFrame({
             "case": case.name, "collective": case.collective, "algorithm": case.algorithm,
             "overrides": " ".join(case.overrides), "band": [band_of(int(s)) for s in pts["size_bytes"]],
@@ -423,6 +453,9 @@ def compare(case: Case, pts: pd.DataFrame, pred: pd.DataFrame, nranks: int) -> p
             "predicted_busbw_GBps": p_busbw,
             "busbw_error": np.where(meas_busbw > 0, p_busbw / meas_busbw - 1, np.nan),
             "chosen": pred["chosen"].to_numpy()[idx] if "chosen" in pred else case.algorithm,
+            "nccl_model_time_us": n_time, "nccl_model_time_error": n_time / pts["time_us"] - 1,
+            "nccl_model_busbw_GBps": n_busbw,
+            "nccl_model_busbw_error": np.where(meas_busbw > 0, n_busbw / meas_busbw - 1, np.nan),
             "source": pts["source"], "log": pts["log"]})
     return out
 
@@ -432,8 +465,15 @@ def _checked(case: Case, key: str, sizes: pd.Series) -> pd.Series:
     return sizes.between(lo, hi)
 
 
+def _worst(err: np.ndarray) -> float:
+    """The error of largest magnitude among the finite ones (signed), NaN when there is none."""
+    err = err[np.isfinite(err)]
+    return float(err[np.argmax(np.abs(err))]) if err.size else math.nan
+
+
 def summarize(case: Case, points: pd.DataFrame) -> pd.DataFrame:
-    """Per band and metric: points, mean |error|, worst (signed) error, tolerance, checked points, status."""
+    """Per band and metric: points, mean |error|, worst (signed) error, tolerance, checked points, status, and
+    the worst error of NCCL's own cost model over the same checked points (NaN where it has none)."""
     tol, rows = dict(case.tolerance), []
     for band, _, _ in BANDS:
         part = points[points["band"] == band]
@@ -444,15 +484,17 @@ def summarize(case: Case, points: pd.DataFrame) -> pd.DataFrame:
                 continue
             ok = np.isfinite(err)
             chk = ok & _checked(case, key, part["size_bytes"]).to_numpy()
-            worst = float(err[ok][np.argmax(np.abs(err[ok]))]) if ok.any() else math.nan
-            worst_chk = float(err[chk][np.argmax(np.abs(err[chk]))]) if chk.any() else math.nan
+            worst, worst_chk = _worst(err[ok]), _worst(err[chk])
+            nccl = part[f"nccl_model_{metric}_error"].to_numpy(float) if f"nccl_model_{metric}_error" in part \
+                else np.full(len(part), np.nan)
             limit = tol.get(key, math.nan)
             status = INFO if key not in tol or not chk.any() else PASS if abs(worst_chk) <= limit else FAIL
             rows.append({"case": case.name, "collective": case.collective, "algorithm": case.algorithm,
                          "band": band, "metric": metric, "points": int(ok.sum()),
                          "mean_abs_error": float(np.mean(np.abs(err[ok]))) if ok.any() else math.nan,
                          "worst_error": worst, "tolerance": limit, "checked": int(chk.sum()),
-                         "worst_checked_error": worst_chk, "status": status})
+                         "worst_checked_error": worst_chk, "status": status,
+                         "nccl_model_worst_checked_error": _worst(nccl[chk])})
     return pd.DataFrame(rows)
 
 
@@ -575,7 +617,9 @@ def per_size(points: pd.DataFrame) -> pd.DataFrame:
                          "predicted_busbw_GBps": g["predicted_busbw_GBps"].first(),
                          "busbw_error": g["busbw_error"].mean(), "measured_time_us": g["measured_time_us"].mean(),
                          "predicted_time_us": g["predicted_time_us"].first(), "time_error": g["time_error"].mean(),
-                         "chosen": g["chosen"].first()}).reset_index()
+                         "chosen": g["chosen"].first(),
+                         "nccl_model_busbw_GBps": g["nccl_model_busbw_GBps"].first(),
+                         "nccl_model_busbw_error": g["nccl_model_busbw_error"].mean()}).reset_index()
 
 
 def size_label(n: int) -> str:

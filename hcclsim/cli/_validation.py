@@ -32,8 +32,8 @@ def _num(x: float, digits: int = 2) -> str:
 
 
 def render(r: V.Result, file=None) -> None:
-    """Per case the measured and predicted busbw and time per size, then the bands, in tables that fit the
-    terminal (hcclsim.results.report.print_table: the time columns go first when it is narrow), on stderr."""
+    """Per case the measured and predicted busbw and time per size (and NCCL's own cost model's busbw, where it
+    has one), then the bands, in tables that fit the terminal (hcclsim.results.report.print_table: the time columns go first when it is narrow), on stderr."""
     file = file or sys.stderr
     con = Console(file=file, highlight=False, soft_wrap=True)
     if not r.points.empty:
@@ -41,6 +41,9 @@ def render(r: V.Result, file=None) -> None:
             first = pts.iloc[0]
             where = f"{first.preset} {first.overrides}".strip()
             per = list(V.per_size(pts).itertuples(index=False))
+            nccl = [Col("NCCL's model\nbusbw", [_num(x.nccl_model_busbw_GBps) for x in per], 5),
+                    Col("\nerror", [_pct(x.nccl_model_busbw_error) for x in per], 5)] \
+                if any(math.isfinite(x.nccl_model_busbw_GBps) for x in per) else []
             print_table(f"{val}: {case} -- {first.collective} -a {first.algorithm} on {where}", [
                 Col("size", [V.size_label(x.size_bytes) for x in per]),
                 Col("n", [str(x.points) for x in per], 4),
@@ -50,7 +53,7 @@ def render(r: V.Result, file=None) -> None:
                 Col("time (us)\nmeasured", [_num(x.measured_time_us) for x in per], 3),
                 Col("\npredicted", [_num(x.predicted_time_us) for x in per], 2),
                 Col("\nerror", [_pct(x.time_error) for x in per], 1),
-                Col("chosen", [str(x.chosen) for x in per], left=True)], file)
+                Col("chosen", [str(x.chosen) for x in per], left=True), *nccl], file)
         render_summary(r, file)
     for val, case, n, what in r.excluded:
         con.print(f"hccl-bench validate: {val}: {case}: excluded {n} rows of {what}", markup=False)
@@ -76,4 +79,5 @@ def render_summary(r: V.Result, file) -> None:
         Col("\nchecked", [str(x.checked) for x in rows]),
         Col("worst\nchecked", [_pct(x.worst_checked_error) for x in rows]),
         Col("\ntolerance", ["" if not math.isfinite(x.tolerance) else f"{x.tolerance * 100:.0f}%" for x in rows]),
-        Col("\nstatus", [x.status for x in rows], left=True)], file)
+        Col("\nstatus", [x.status for x in rows], left=True),
+        Col("NCCL's model\nworst checked", [_pct(x.nccl_model_worst_checked_error) for x in rows], 2)], file)
