@@ -199,10 +199,11 @@ def _time(topology, collective, algorithm, size, overrides="-"):
 
 
 @block("time-launch")
-def _time_launch(topology, collective, algorithm, size, launch):
-    """time_us of one point under sweep --launch LAUNCH (analytic engine, no overrides)."""
+def _time_launch(topology, collective, algorithm, size, launch, overrides="-"):
+    """time_us of one point under sweep --launch LAUNCH (analytic engine), with --set overrides (a,b or -)."""
     import hcclsim
-    df = hcclsim.sweep(topology=topology, collective=collective, algorithm=algorithm, sizes=[size], launch=launch)
+    df = hcclsim.sweep(topology=topology, collective=collective, algorithm=algorithm, sizes=[size], launch=launch,
+                       overrides=list(splitopts(overrides)))
     return us(df[df.engine == "analytic"].iloc[0].time_us)
 
 
@@ -530,6 +531,18 @@ def _validation_value(preset, collective, overrides, size, column):
         raise ValueError(f"validation-value {preset} {collective} {overrides} {size}: {p.case.nunique()} cases")
     value = p[column].mean()
     return f"{value * 100:+.0f} %" if column.endswith("_error") else f"{value:.0f}"
+
+
+@block("validation-rate")
+def _validation_rate(preset, collective, overrides, size1, size2):
+    """GB/s of algorithm bandwidth between two sizes of one case's measured times, (S2 - S1) / (t2 - t1): the
+    marginal rate, which a fixed cost does not change (means over the logs; OVERRIDES as validation-value)."""
+    from hcclsim.core.units import parse_size
+    pts = validation_points(preset)
+    p = pts[(pts.collective == collective) & (pts.overrides == " ".join(splitopts(overrides)))]
+    t = p.groupby("nominal").measured_time_us.mean()
+    a, b = nominal(parse_size(size1)), nominal(parse_size(size2))
+    return f"{(b - a) / (t[b] - t[a]) / 1e3:.0f}"
 
 
 # replay.md, validation.md: traces of the test corpus replayed ------------------------------------------
