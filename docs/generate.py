@@ -470,7 +470,7 @@ def _validation_summary():
         return "" if math.isnan(x) else f"{x * 100:+.1f} %"
 
     lines = [("| preset | case | band | metric | points | mean abs error | checked | worst checked | tolerance | status "
-              "| NCCL's model, worst checked |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
+              "| NCCL's model worst checked |"), "|---|---|---|---|---|---|---|---|---|---|---|"]
     for s in r.summary[r.summary.status != V.INFO].itertuples(index=False):
         lines.append(f"| `{s.preset}` | {s.case} | {V.BAND_LABELS[s.band]} | {s.metric} | {s.points} | "
                      f"{s.mean_abs_error * 100:.1f} % | {s.checked} | {pct(s.worst_checked_error)} | {s.tolerance * 100:.0f} % | "

@@ -223,41 +223,53 @@ def test_band_maths_by_hand():
     assert s.loc[("small", "busbw")].status == V.INFO and ("large", "time") not in s.index
 
 
-# NCCL's own cost model beside the simulation, by hand: on dgx-a100 (NVIDIA/nccl v2.28.9 src/graph/tuning.cc) a
-# Ring/Simple AllReduce costs baseLat 8.4 us + 2(n-1) = 14 steps x hwLat[NVLINK][Ring][Simple] 3.4 us, at the
-# ring graph's 12 channels x 20 GB/s times nRanks / nsteps = 8/14 of algorithm bandwidth; in a loop of 20
-# iterations launched by one thread for 8 GPUs (8 x launch_overhead 4.35 us, shorter than the device time) the
-# window adds a 20th of the launches.
-A100_LAT_US, A100_ALGBW = 8.4 + 14 * 3.4, 12 * 20.0 * 8 / 14
-A100 = """
-preset = "dgx-a100"
-data = ["a.csv"]
+# NCCL's own cost model beside the simulation, by hand, on dgx-a100 (NVIDIA/nccl v2.28.9 src/graph/tuning.cc;
+# validation/nccl_model/constants.md): the ring graph is 12 channels x 20 GB/s = 240 GB/s of bus bandwidth. A ring
+# collective of s steps (AllReduce 2(n-1) = 14, AllGather n-1 = 7) moves nRanks / s of it as algorithm bandwidth
+# and costs baseLat + s x hwLat[NVLINK][Ring]: Simple 8.4 + s x 3.4 us; LL 6.6 + s x 0.6 us at half the bus
+# bandwidth, at most llMaxBws[Ampere][1 node] = 87.7 GB/s (tuning.cc:171, :304). NCCL's nBytes is nccl-tests' size
+# (AllGather: the whole output buffer).
+H_US = 8 * 4.35                       # one thread launching for 8 GPUs: 8 x launch_overhead
 
-[[case]]
-name = "ring"
-collective = "all_reduce"
-algorithm = "auto"
-match = { collective = "all_reduce" }
-tolerance = { large = 0.10 }
 
-[[case]]
-name = "p2p"
-collective = "all_to_all"
-algorithm = "auto"
-match = { collective = "all_to_all" }
-tolerance = { large = 0.10 }
-"""
+def simple_us(size, steps):
+    return 8.4 + steps * 3.4 + size / (1000 * 240.0 * 8 / steps)
+
+
+def ll_allreduce_us(size):
+    return 6.6 + 14 * 0.6 + size / (1000 * min(87.7, 240.0 / 2) * 8 / 14)
+
+
+def loop_us(device):
+    """nccl-tests' window of 20 iterations: max(D, H) + min(D, H) / 20."""
+    return max(device, H_US) + min(device, H_US) / 20
+
+
+# (case, collective, size, measured us, NCCL's model us under the case's launch)
+A100_POINTS = (
+    ("ring", "all_reduce", 1024, 40.0, loop_us(ll_allreduce_us(1024))),          # LL; the launches take longer
+    ("ring", "all_reduce", 1 << 26, 700.0, loop_us(simple_us(1 << 26, 14))),     # Simple; the device takes longer
+    ("ring", "all_reduce", 1 << 30, 8000.0, loop_us(simple_us(1 << 30, 14))),
+    ("gather", "all_gather", 1 << 26, 300.0, loop_us(simple_us(1 << 26, 7))),
+    ("host", "all_reduce", 1 << 26, 600.0, simple_us(1 << 26, 14) + 4.35),       # one launch, in series
+    ("p2p", "all_to_all", 1 << 26, 400.0, math.nan),                              # NCCL does not tune AllToAll
+)
+A100 = "preset = \"dgx-a100\"\ndata = [\"a.csv\"]\n" + "".join(
+    f"\n[[case]]\nname = \"{name}\"\ncollective = \"{coll}\"\nalgorithm = \"auto\"\nmatch = {{ nccl_algo = \"{name}\" }}\n"
+    f"tolerance = {{ large = 0.10 }}\n" + ("launch = \"host\"\n" if name == "host" else "")
+    for name, coll in dict.fromkeys((p[0], p[1]) for p in A100_POINTS))
 
 
 @pytest.fixture
 def a100(tmp_path):
     tmp_path = tmp_path / "a100"
-    rows = []
-    for coll, size, t in (("all_reduce", 1 << 26, 700.0), ("all_reduce", 1 << 30, 8000.0), ("all_to_all", 1 << 26, 400.0)):
-        algbw = size / t / 1e3
-        rows.append(f"hand-made,8,1,{coll},default,NCCL,0,out-of-place,{size},{t},{algbw:.6f},"
-                    f"{algbw * C.busbw_factor(coll, 8):.6f},hand-made for the test,logs/a.txt")
     (tmp_path / "logs").mkdir(parents=True)
+    rows = []
+    for name, coll, size, t, _ in A100_POINTS:
+        algbw = size / t / 1e3
+        log = "logs/h.txt" if name == "host" else "logs/a.txt"
+        rows.append(f"hand-made,8,1,{coll},{name},NCCL,0,out-of-place,{size},{t},{algbw:.6f},"
+                    f"{algbw * C.busbw_factor(coll, 8):.6f},hand-made for the test,{log}")
     (tmp_path / "a.csv").write_text("\n".join([HEADER, *rows]) + "\n")
     (tmp_path / "logs" / "a.txt").write_text(BANNER.format(g=8, n=20))
     (tmp_path / "a.toml").write_text(A100)
@@ -266,31 +278,42 @@ def a100(tmp_path):
 
 def test_nccl_model_column_is_nccls_cost_model_under_the_launch(a100):
     r = V.validate([str(a100 / "a.toml")])
-    ring = r.points[r.points.case == "ring"].set_index("size_bytes")
-    for size, measured in ((1 << 26, 700.0), (1 << 30, 8000.0)):
-        want = A100_LAT_US + size / (1000 * A100_ALGBW) + 8 * 4.35 / 20
-        got = ring.loc[size]
-        assert got.launch == "loop:8" and got.nccl_model_time_us == pytest.approx(want, rel=1e-6)
+    pts = r.points.set_index(["case", "size_bytes"])
+    for name, coll, size, measured, want in A100_POINTS:
+        got = pts.loc[(name, size)]
+        assert got.launch == ("host" if name == "host" else "loop:8")
+        if math.isnan(want):
+            assert math.isnan(got.nccl_model_time_us) and math.isnan(got.nccl_model_busbw_error)
+            continue
+        assert got.nccl_model_time_us == pytest.approx(want, rel=1e-6), (name, size)
         assert got.nccl_model_time_error == pytest.approx(want / measured - 1, rel=1e-6)
-        assert got.nccl_model_busbw_GBps == pytest.approx(size / want / 1e3 * 1.75, rel=1e-6)
+        assert got.nccl_model_busbw_GBps == pytest.approx(size / want / 1e3 * C.busbw_factor(coll, 8), rel=1e-6)
     large = r.summary[(r.summary.case == "ring") & (r.summary.band == "large")].iloc[0]
-    errors = [measured / (A100_LAT_US + size / (1000 * A100_ALGBW) + 8 * 4.35 / 20) - 1
-              for size, measured in ((1 << 26, 700.0), (1 << 30, 8000.0))]
+    errors = [measured / want - 1 for name, _, size, measured, want in A100_POINTS if name == "ring" and size >= 1 << 26]
     assert large.nccl_model_worst_checked_error == pytest.approx(max(errors, key=abs), rel=1e-6)
-    # NCCL does not tune AllToAll (point-to-point sends), and a generic topology has no GPU generation to tune for
-    p2p = r.points[r.points.case == "p2p"]
-    assert p2p.nccl_model_time_us.isna().all() and p2p.nccl_model_busbw_error.isna().all()
     assert r.summary[r.summary.case == "p2p"].nccl_model_worst_checked_error.isna().all()
+    assert list(r.points.columns[-4:]) == ["nccl_model_time_us", "nccl_model_time_error", "nccl_model_busbw_GBps",
+                                           "nccl_model_busbw_error"]      # after the columns earlier runs had
+
+
+def test_nccl_model_is_blank_where_nccl_has_no_model(synthetic, a100):
+    # a generic topology has no GPU generation to tune for; an algorithm with options is a variant NCCL lacks
+    assert V.validate([str(synthetic / "pass.toml")]).points.nccl_model_time_us.isna().all()
+    (a100 / "o.toml").write_text(A100.replace('algorithm = "auto"', 'algorithm = "ring:channels=2"', 1))
+    r = V.validate([str(a100 / "o.toml")])
+    assert r.points[r.points.case == "ring"].nccl_model_time_us.isna().all()
 
 
 def test_nccl_model_is_printed_where_it_has_a_number(a100, synthetic, capsys):
     main(["validate", str(a100 / "a.toml")])
-    a100_err = capsys.readouterr().err
+    err = capsys.readouterr().err
+    ring = err[err.index("a: ring"):err.index("a: gather")]
+    want = next(w for n, _, s, _, w in A100_POINTS if n == "ring" and s == 1 << 26)
+    assert "NCCL's model" in ring and f"{(1 << 26) / want / 1e3 * 1.75:.2f}" in ring
+    assert "NCCL's model" not in err[err.index("a: p2p"):err.index("bands")]
+    assert "NCCL's model" in err[err.index("bands"):]
     main(["validate", str(synthetic / "pass.toml")])
-    generic = capsys.readouterr().err
-    assert a100_err.count("NCCL's model") == 2       # the AllReduce case's column, the bands' column
-    assert generic.count("NCCL's model") == 1 and V.validate([str(synthetic / "pass.toml")]).points \
-        .nccl_model_time_us.isna().all()
+    assert "NCCL's model" not in capsys.readouterr().err          # no column with nothing in it
 
 
 def test_exit_status_is_0_within_and_1_out_of_tolerance(synthetic, capsys):

@@ -33,11 +33,11 @@ import pandas as pd
 from ..core import budget
 from ..core.errors import ConfigError, HcclSimError, suggest
 from ..core.units import format_size, parse_size
-from ..engine.execution import check_launch, host_issue, loop_time, parse_launch
+from ..engine.execution import check_launch, discards_empty, launched, parse_launch
 from ..network import config
 from ..schedule import collectives as C
 from ..sweeping import library
-from ..sweeping.sweep import library_algorithms, sweep
+from ..sweeping.sweep import auto_candidates, split_auto, sweep
 from .calibrate import WARNING, launches_of
 
 KIB, MIB = 1 << 10, 1 << 20
@@ -406,25 +406,22 @@ def predict(case: Case, preset: str, sizes, dtype: str, launch: str) -> tuple[pd
 
 
 def nccl_model(case: Case, topo, size_bytes, launch: str) -> np.ndarray:
-    """Microseconds per point by NCCL's own cost model (sweeping/library.py, the port of its tuner: the argmin
-    over the algorithms `-a auto` chooses among, or the case's algorithm, each at its best protocol or the one
-    the endpoint forces), under the same launch as the prediction: the baseline a library's tuner gives, beside
-    the simulation. NaN where NCCL's model says nothing: AllToAll (point-to-point sends), an algorithm NCCL
-    does not have (direct, hierarchical, ...), a preset with no compute_capability (RCCL's model is not
-    ported). The model's time is the device's; the launch adds what it adds to the simulated device time:
-    the host's launch (host), nothing (device), or the back-to-back loop's window (loop_time)."""
-    name = case.algorithm.split(":", 1)[0].strip()
-    names = library_algorithms(topo, case.collective) if name == "auto" else (name,)
-    kind = parse_launch(launch)[0]
-    host, iters = host_issue(topo, launch)
+    """Microseconds per point by NCCL's own cost model (sweeping/library.py, the port of its tuner: under `auto`
+    the argmin over what `-a auto` chooses among, else the case's algorithm, each at its best protocol or the
+    one the endpoint forces), under the same launch as the prediction (execution.launched): the baseline a
+    library's tuner gives, beside the simulation. NaN where NCCL's model says nothing: AllToAll
+    (point-to-point sends), an algorithm NCCL does not have (direct, hierarchical, ...) or one with options
+    (NCCL has no variants), a preset with no compute_capability (RCCL's model is not ported)."""
     out = np.full(len(size_bytes), np.nan)
-    for i, size in enumerate(size_bytes):
-        pick = library.choose(topo, case.collective, int(size), names)
-        if isinstance(pick, library.Choice):
-            device = pick.time_us * 1e-6
-            t = (device + topo.endpoint.launch_overhead if kind == "host" else
-                 loop_time(device, host, iters) if kind == "loop" else device)
-            out[i] = float(t) * 1e6
+    rest, auto = split_auto(case.algorithm)
+    if auto == bool(rest) or any(c in rest for c in ":,"):
+        return out
+    names = [a.label for a in auto_candidates(topo, case.collective)] if auto else [rest]
+    for i, size in enumerate(int(s) for s in size_bytes):
+        if size == 0 and discards_empty(topo, case.collective):
+            out[i] = 0.0
+        elif isinstance(pick := library.choose(topo, case.collective, size, names), library.Choice):
+            out[i] = float(launched(topo, pick.time_us * 1e-6, launch)) * 1e6
     return out
 
 
@@ -441,8 +438,7 @@ def compare(case: Case, pts: pd.DataFrame, pred: pd.DataFrame, nranks: int) -> p
         meas_busbw = np.where(pts["time_us"].notna(), from_time, pts["busbw_GBps"])
         p_time = pred["time_us"].to_numpy(float)[idx]
         p_busbw = pred["busbw_GBps"].to_numpy(float)[idx]
-        n_time = (pred["nccl_model_time_us"].to_numpy(float)[idx] if "nccl_model_time_us" in pred
-                  else np.full(len(idx), np.nan))
+        n_time = pred["nccl_model_time_us"].to_numpy(float)[idx]
         n_busbw = pts["size_bytes"].to_numpy(float) / (n_time * 1e3) * factor
         out = pd.DataFrame({
             "case": case.name, "collective": case.collective, "algorithm": case.algorithm,
@@ -568,10 +564,16 @@ def run_validation(v: Validation, explicit: bool = False) -> Result:
     if points:
         res.points = pd.concat(points, ignore_index=True).assign(validation=v.name, preset=v.preset)
         res.summary = pd.concat(summaries, ignore_index=True).assign(validation=v.name, preset=v.preset)
-        first = ["validation", "preset"]
-        res.points = res.points[first + [c for c in res.points.columns if c not in first]]
-        res.summary = res.summary[first + [c for c in res.summary.columns if c not in first]]
+        res.points, res.summary = _ordered(res.points), _ordered(res.summary)
     return res
+
+
+def _ordered(df: pd.DataFrame) -> pd.DataFrame:
+    """validation and preset first, NCCL's model last: the columns a spreadsheet of earlier runs has keep their
+    places."""
+    first = ["validation", "preset"]
+    last = [c for c in df.columns if c.startswith("nccl_model_")]
+    return df[first + [c for c in df.columns if c not in first + last] + last]
 
 
 def resolve(names=(), directory=None) -> list[tuple[Validation, bool]]:

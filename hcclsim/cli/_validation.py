@@ -33,7 +33,8 @@ def _num(x: float, digits: int = 2) -> str:
 
 def render(r: V.Result, file=None) -> None:
     """Per case the measured and predicted busbw and time per size (and NCCL's own cost model's busbw, where it
-    has one), then the bands, in tables that fit the terminal (hcclsim.results.report.print_table: the time columns go first when it is narrow), on stderr."""
+    has one), then the bands, in tables that fit the terminal (hcclsim.results.report.print_table: NCCL's
+    model's columns go first when it is narrow, then n and the time columns), on stderr."""
     file = file or sys.stderr
     con = Console(file=file, highlight=False, soft_wrap=True)
     if not r.points.empty:
@@ -68,6 +69,8 @@ def render(r: V.Result, file=None) -> None:
 
 def render_summary(r: V.Result, file) -> None:
     rows = list(r.summary.itertuples(index=False))
+    nccl = [Col("NCCL's model\nworst checked", [_pct(x.nccl_model_worst_checked_error) for x in rows], 2)] \
+        if any(math.isfinite(x.nccl_model_worst_checked_error) for x in rows) else []
     print_table("bands (error = predicted / measured - 1; tolerance: every checked point)", [
         Col("preset", [x.preset for x in rows], 3, left=True),
         Col("case", [x.case for x in rows], left=True),
@@ -79,5 +82,4 @@ def render_summary(r: V.Result, file) -> None:
         Col("\nchecked", [str(x.checked) for x in rows]),
         Col("worst\nchecked", [_pct(x.worst_checked_error) for x in rows]),
         Col("\ntolerance", ["" if not math.isfinite(x.tolerance) else f"{x.tolerance * 100:.0f}%" for x in rows]),
-        Col("\nstatus", [x.status for x in rows], left=True),
-        Col("NCCL's model\nworst checked", [_pct(x.nccl_model_worst_checked_error) for x in rows], 2)], file)
+        Col("\nstatus", [x.status for x in rows], left=True), *nccl], file)

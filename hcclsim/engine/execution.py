@@ -319,9 +319,9 @@ def base_latency(topo: Topology, schedule: Schedule, protocol: str) -> float:
     return 0.0 if protocol == "none" else getattr(topo.endpoint, protocol).base_latency
 
 
-def overheads(topo: Topology, schedule: Schedule, launch: str = "host") -> tuple[float, float]:
+def overheads(topo: Topology, schedule: Schedule) -> tuple[float, float]:
     """(exposed seconds added to the time, hidden seconds that only the engine time can cover), beside the
-    protocol's base latency."""
+    protocol's base latency and the launch (launched)."""
     ep = topo.endpoint
     costs = {"graph_generation": ep.graph_generation, "metadata_copy": ep.metadata_copy,
              "subgraph_schedule": ep.subgraph_schedule * channels(schedule)}
@@ -330,8 +330,22 @@ def overheads(topo: Topology, schedule: Schedule, launch: str = "host") -> tuple
     if "issue_overhead" in ep.hidden:      # the control core prepares every work-queue element of a rank ahead
         per_rank = int((schedule.tmpl[:, F_ID] * schedule.tmpl[:, F_IL]).sum()) / schedule.nranks
         hidden += ep.issue_overhead * per_rank
-    launch_cost = ep.launch_overhead if parse_launch(launch)[0] == "host" else 0.0
-    return launch_cost + exposed, hidden
+    return exposed, hidden
+
+
+def launched(topo: Topology, device, launch: str):
+    """Seconds per point of a collective that takes `device` seconds on the GPUs (every cost but the launch),
+    under --launch: the host's launch added (host), nothing (device), nccl-tests' loop window (loop)."""
+    kind = parse_launch(launch)[0]
+    host, iters = host_issue(topo, launch)
+    if kind == "loop":
+        return loop_time(device, host, iters)
+    return np.asarray(device, np.float64) + (topo.endpoint.launch_overhead if kind == "host" else 0.0)
+
+
+def discards_empty(topo: Topology, collective: str) -> bool:
+    """Whether an empty collective (count 0) costs nothing: where the endpoint models a library (EMPTY_DISCARDED)."""
+    return topo.endpoint.protocol != "none" and collective in EMPTY_DISCARDED
 
 
 def host_issue(topo: Topology, launch: str) -> tuple[float, int]:
@@ -381,11 +395,11 @@ def run(engine_run, schedule: Schedule, topo: Topology, block_elems, dtype_size:
     iterations: the quiet time when there is no noise), with that protocol's engine counters."""
     block_elems = np.atleast_1d(np.asarray(block_elems))
     size_bytes = np.zeros(len(block_elems)) if size_bytes is None else np.asarray(size_bytes, np.float64)
-    exposed, hidden = overheads(topo, schedule, launch)
+    exposed, hidden = overheads(topo, schedule)
     control = control_core(topo, schedule)
     hidden += control.hidden
     reducers = engines_reducing(topo, schedule)
-    host, timed = host_issue(topo, launch)
+    host_issue(topo, launch)                    # refuses a loop of more GPUs than ranks before anything runs
     ops = in_switch(schedule)
     best, best_mean, names, stats = None, None, np.empty(len(block_elems), object), None
     for proto in protocols(topo, schedule):
@@ -400,8 +414,7 @@ def run(engine_run, schedule: Schedule, topo: Topology, block_elems, dtype_size:
             device = device_topology(topo, proto, cap[0], ops, cap[1], reducers)
             got, st = _timed(engine_run, schedule, device, block_elems[idx], dtype_size, noise, topo.nranks,
                              control.ready)
-            device_time = exposed + base + np.maximum(got, hidden)
-            samples[:, idx] = loop_time(device_time, host, timed) if timed else device_time
+            samples[:, idx] = launched(topo, exposed + base + np.maximum(got, hidden), launch)
             proto_stats = _merge_stats(proto_stats, st, np.arange(len(block_elems))[idx], len(block_elems))
         mean = samples.mean(axis=0)
         take = np.ones(len(block_elems), bool) if best is None else mean < best_mean
@@ -412,7 +425,7 @@ def run(engine_run, schedule: Schedule, topo: Topology, block_elems, dtype_size:
             stats = stats or {k: np.full(len(block_elems), np.nan) for k in proto_stats}
             for k, v in proto_stats.items():
                 stats[k][take] = v[take]
-    if topo.endpoint.protocol != "none" and schedule.collective in EMPTY_DISCARDED:
+    if discards_empty(topo, schedule.collective):
         best[:, block_elems == 0] = 0.0
     return best, stats, names
 

@@ -286,6 +286,12 @@ def unsupported(algo: Algorithm, problem: Problem) -> str | None:
     return topo.cache[memo]
 
 
+def auto_candidates(topology: Topology, collective: str, root: int = 0) -> list[Algorithm]:
+    """What `-a auto` chooses among: the library's algorithms (algorithms_for LIBRARY) that can run the problem."""
+    problem = Problem(collective, topology, root)
+    return [a for a in algorithms_for(LIBRARY, collective, topology) if not unsupported(a, problem)]
+
+
 def _unit_rows(ctx: Context, unit: Unit) -> list[pd.DataFrame]:
     topology, dtype, root = ctx.topology, ctx.dtype, ctx.root
     how = (ctx.launch, ctx.noise, ctx.compiler, ctx.traffic)
@@ -294,7 +300,7 @@ def _unit_rows(ctx: Context, unit: Unit) -> list[pd.DataFrame]:
     if unit.algorithm != AUTO:
         sizings, timed = time_algorithm(unit.algorithm, problem, sizes, dtype, engines, *how)
         return [_finish(ctx, _frame(ctx, coll, unit.label, sizings, e, *timed[e]), unit.label) for e in engines]
-    candidates = [a for a in algorithms_for(LIBRARY, coll, topology) if not unsupported(a, problem)]
+    candidates = auto_candidates(topology, coll, root)
     by_label = {a.label: a for a in candidates}
     sizings = [C.sizing(coll, s, DTYPE_SIZE[dtype], topology.nranks, ctx.traffic) for s in sizes]
     picks, why = _library_picks(topology, coll, sizings, candidates)
@@ -419,7 +425,7 @@ def sweep(topology: Topology, collectives=(C.ALL_REDUCE,), algorithms: str = "al
     ws = DTYPE_SIZE[dtype]
 
     def candidates(coll):
-        return [a for a in algorithms_for(LIBRARY, coll, topology) if not unsupported(a, Problem(coll, topology, root))]
+        return auto_candidates(topology, coll, root)
     for i, (coll, algo) in enumerate(blocks):
         label = AUTO if algo == AUTO else algo.label
         nbytes = {s: C.sizing(coll, s, ws, topology.nranks, ctx.traffic).size_bytes for s in sizes}
