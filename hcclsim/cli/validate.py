@@ -26,7 +26,8 @@ def validate_cmd(presets, fmt, output, plot_file):
     PRESET names a shipped validation file (dgx-h100, h100-cluster, ...) or is a path to one; default:
     every shipped file, skipping (with the reason) those whose preset does not exist. Per case it prints
     predicted vs measured busbw per size, then per size band (< 64 KiB, 64 KiB - 64 MiB, >= 64 MiB) the
-    mean |error| and the worst error against the tolerance the file documents.
+    mean |error| and the worst error against the tolerance the file documents; beside them, where the
+    preset tunes like NCCL, what NCCL's own cost model gives (a baseline, not gated).
     Exit status: 0 every band within its tolerance, 1 a band out of it, 2 bad input.
 
     \b
