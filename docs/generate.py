@@ -316,6 +316,12 @@ def pct(r: float) -> str:
     return f"{x + 0.0:+.1f} %"     # + 0.0: no "-0.0"
 
 
+@block("engines-gap")
+def _engines_gap(topology, collective, algorithm, size, overrides="-"):
+    """packet / analytic - 1 of one point's time."""
+    return pct(both_engines(topology, collective, algorithm, (size,), splitopts(overrides)).iloc[0].ratio)
+
+
 @block("sharing-gap")
 def _sharing_gap():
     """packet / analytic time for tree and halving-doubling AllReduce on two-tier fabrics, deep buffers."""
@@ -520,17 +526,43 @@ def _validation_worst(preset, collective):
     return f"{err[err.abs().idxmax()] * 100:+.0f} %"
 
 
-@block("validation-value")
-def _validation_value(preset, collective, overrides, size, column):
-    """One column of one case's points at one size (OVERRIDES as the case's --set, joined by ',', or '-')."""
-    from hcclsim.core.units import parse_size
+def case_points(preset, collective, overrides, case="-"):
+    """One case's points: its preset, collective and --set (a,b or -), and where several cases share them, the
+    one whose name contains CASE (underscores for spaces)."""
     pts = validation_points(preset)
-    p = pts[(pts.collective == collective) & (pts.overrides == " ".join(splitopts(overrides)))
-            & (pts.nominal == nominal(parse_size(size)))]
+    p = pts[(pts.collective == collective) & (pts.overrides == " ".join(splitopts(overrides)))]
+    if case != "-":
+        p = p[p.case.str.contains(case.replace("_", " "), regex=False)]
     if p.case.nunique() != 1:
-        raise ValueError(f"validation-value {preset} {collective} {overrides} {size}: {p.case.nunique()} cases")
-    value = p[column].mean()
+        raise ValueError(f"{preset} {collective} {overrides} {case}: {p.case.nunique()} cases")
+    return p
+
+
+def value_text(value, column):
     return f"{value * 100:+.0f} %" if column.endswith("_error") else f"{value:.0f}"
+
+
+@block("validation-value")
+def _validation_value(preset, collective, overrides, size, column, case="-"):
+    """One column of one case's points at one size (OVERRIDES as the case's --set, joined by ',', or '-'; CASE a
+    part of the case's name, underscores for spaces, where several cases share the rest)."""
+    from hcclsim.core.units import parse_size
+    p = case_points(preset, collective, overrides, case)
+    p = p[p.nominal == nominal(parse_size(size))]
+    if p.empty:
+        raise ValueError(f"validation-value {preset} {collective} {overrides} {size}: no point")
+    return value_text(p[column].mean(), column)
+
+
+@block("validation-range")
+def _validation_range(preset, collective, overrides, lo, hi, column, case="-"):
+    """'A to B': the smallest and largest of one column of one case over its sizes LO..HI (means over logs)."""
+    from hcclsim.core.units import parse_size
+    p = case_points(preset, collective, overrides, case)
+    v = p[p.nominal.between(nominal(parse_size(lo)), nominal(parse_size(hi)))].groupby("nominal")[column].mean()
+    if v.empty:
+        raise ValueError(f"validation-range {preset} {collective} {overrides} {lo} {hi}: no point")
+    return f"{value_text(v.min(), column)} to {value_text(v.max(), column)}"
 
 
 @block("validation-rate")
