@@ -80,6 +80,28 @@ def test_h100_cluster_band_not_yet_within_its_tolerance(h100_cluster, case, band
     assert h100_cluster[(case, band, metric)] == V.PASS
 
 
+@pytest.fixture(scope="module")
+def dgx_a100():
+    return V.validate(["dgx-a100"]).summary.set_index(["case", "band", "metric"]).status
+
+
+A100_RAMP = ("the A100 logs ramp to their plateau only past 1 GiB; NCCL's own cost model, which the preset is, "
+             "misses it by the same (docs/validation.md, 'What does not match yet')")
+A100_BANDS = [
+    ("all_reduce default (superbench, thanos)", "small", "time"),            # 8 B-8 KiB within 30 %
+    *(pytest.param(case, band, "busbw", marks=not_yet(A100_RAMP)) for case, band in (
+        ("all_reduce default (superbench, thanos)", "medium"), ("all_reduce default (superbench, thanos)", "large"),
+        ("all_reduce default (Azure ND A100 v4, busbw only)", "medium"),
+        ("all_reduce default (Azure ND A100 v4, busbw only)", "large"),
+        ("all_gather default (superbench)", "large"), ("reduce_scatter default (superbench)", "large"))),
+]
+
+
+@pytest.mark.parametrize("case,band,metric", A100_BANDS)
+def test_dgx_a100_band_within_its_tolerance(dgx_a100, case, band, metric):
+    assert dgx_a100[(case, band, metric)] == V.PASS
+
+
 def _allreduce(sets, algorithm="ring", preset="h100-cluster", size=8 * GIB):
     rows = sweep(load_topology(preset, ["endpoint.protocol=simple", *sets]), ["all_reduce"], algorithm, [size]).rows
     return rows.busbw_GBps.iloc[0], rows.time_us.iloc[0]
