@@ -446,11 +446,12 @@ def _protocol_runs(topology, collective, algorithm):
 
 
 @block("crossover")
-def _crossover(topology, collective, lo, hi, step):
-    """The first size in lo..hi (by step bytes) where -a auto changes algorithm: 'X MB (A to B)'."""
+def _crossover(topology, collective, lo, hi, step, overrides="-"):
+    """The first size in lo..hi (by step bytes) where -a auto changes algorithm: 'X MB (A to B)'; with --set
+    overrides (a,b or -)."""
     from hcclsim.core.units import parse_size
     sizes = tuple(range(parse_size(lo), parse_size(hi) + 1, parse_size(step)))
-    df = sweep(topology, collective, "auto", sizes)
+    df = sweep(topology, collective, "auto", sizes, overrides=splitopts(overrides))
     first = df.chosen.iloc[0]
     for size, chosen in zip(df.size_bytes, df.chosen):
         if chosen != first:
@@ -538,20 +539,21 @@ def case_points(preset, collective, overrides, case="-"):
     return p
 
 
-def value_text(value, column):
-    return f"{value * 100:+.0f} %" if column.endswith("_error") else f"{value:.0f}"
+def value_text(value, column, digits=0):
+    return f"{value * 100:+.{digits}f} %" if column.endswith("_error") else f"{value:.{digits}f}"
 
 
 @block("validation-value")
-def _validation_value(preset, collective, overrides, size, column, case="-"):
+def _validation_value(preset, collective, overrides, size, column, case="-", digits="0"):
     """One column of one case's points at one size (OVERRIDES as the case's --set, joined by ',', or '-'; CASE a
-    part of the case's name, underscores for spaces, where several cases share the rest)."""
+    part of the case's name, underscores for spaces, where several cases share the rest; DIGITS after the
+    point)."""
     from hcclsim.core.units import parse_size
     p = case_points(preset, collective, overrides, case)
     p = p[p.nominal == nominal(parse_size(size))]
     if p.empty:
         raise ValueError(f"validation-value {preset} {collective} {overrides} {size}: no point")
-    return value_text(p[column].mean(), column)
+    return value_text(p[column].mean(), column, int(digits))
 
 
 @block("validation-range")
