@@ -516,17 +516,6 @@ def _validation_errors(preset):
     return "\n".join(lines)
 
 
-@block("validation-worst")
-def _validation_worst(preset, collective):
-    """The largest busbw error (signed) of a preset's case of one collective without --set, every size."""
-    pts = validation_points(preset)
-    p = pts[(pts.collective == collective) & (pts.overrides == "")]
-    if p.case.nunique() != 1:
-        raise ValueError(f"validation-worst {preset} {collective}: {p.case.nunique()} cases")
-    err = p.groupby("nominal").busbw_error.mean()
-    return f"{err[err.abs().idxmax()] * 100:+.0f} %"
-
-
 def case_points(preset, collective, overrides, case="-"):
     """One case's points: its preset, collective and --set (a,b or -), and where several cases share them, the
     one whose name contains CASE (underscores for spaces)."""
@@ -554,6 +543,13 @@ def _validation_value(preset, collective, overrides, size, column, case="-", dig
     if p.empty:
         raise ValueError(f"validation-value {preset} {collective} {overrides} {size}: no point")
     return value_text(p[column].mean(), column, int(digits))
+
+
+@block("validation-worst")
+def _validation_worst(preset, collective):
+    """The largest busbw error (signed) of a preset's case of one collective without --set, every size."""
+    err = case_points(preset, collective, "-").groupby("nominal").busbw_error.mean()
+    return value_text(err[err.abs().idxmax()], "busbw_error")
 
 
 @block("validation-range")
